@@ -1,0 +1,1 @@
+//! The DDTree speculative-decoding engine.

@@ -1,0 +1,1 @@
+//! Property-based fuzzing of W4A16 variants against the CPU reference (tests/).

@@ -1,0 +1,1 @@
+//! Render, compile, cache and tune W4A16 GEMM variants.

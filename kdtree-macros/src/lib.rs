@@ -1,0 +1,1 @@
+//! Proc macros of kdtree (see the crate README).

@@ -1,0 +1,171 @@
+//! Reading and writing quantized weights as compressed-tensors `pack-quantized` tensors in
+//! safetensors files: `<name>.weight_packed` (int32 [N, K/8]), `<name>.weight_scale`
+//! (f16 or bf16 [N, K/G]) and `<name>.weight_shape` (int64 [2] = [N, K]; compressed-tensors
+//! writes `torch.tensor(weight.shape)`, which is int64).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype as StDtype, SafeTensors};
+
+use crate::dtype::Dtype;
+use crate::error::{QuantError, Result};
+use crate::int4;
+use crate::scales::Scales;
+use crate::weight::{QuantizedWeight, check_group};
+
+/// An owned tensor to be written: dtype, shape and little-endian bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tensor {
+    pub dtype: StDtype,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+impl Tensor {
+    pub fn new<T: bytemuck::Pod>(dtype: StDtype, shape: Vec<usize>, values: &[T]) -> Self {
+        Self { dtype, shape, data: bytemuck::cast_slice(values).to_vec() }
+    }
+
+    fn view(&self) -> TensorView<'_> {
+        TensorView::new(self.dtype, self.shape.clone(), &self.data).expect("Tensor::new keeps shape and bytes consistent")
+    }
+}
+
+/// Writes tensors to a safetensors file.
+pub fn write_file(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
+    let views = tensors.iter().map(|(name, t)| (name.clone(), t.view()));
+    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, path).map_err(|e| QuantError::Io {
+        file: path.display().to_string(),
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+/// A safetensors file read into memory, its header checked once at open.
+pub struct SafetensorsFile {
+    path: PathBuf,
+    bytes: Vec<u8>,
+}
+
+impl SafetensorsFile {
+    pub fn open(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|source| QuantError::Io { file: path.display().to_string(), source })?;
+        let file = Self { path: path.to_owned(), bytes };
+        file.tensors()?;
+        Ok(file)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn name(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// The parsed file; parsing only reads the header.
+    pub fn tensors(&self) -> Result<SafeTensors<'_>> {
+        SafeTensors::deserialize(&self.bytes)
+            .map_err(|e| QuantError::MalformedFile { file: self.name(), reason: e.to_string() })
+    }
+
+    pub fn names(&self) -> Result<Vec<String>> {
+        Ok(self.tensors()?.names().into_iter().map(str::to_owned).collect())
+    }
+
+    /// One tensor, or [`QuantError::MissingTensor`] naming it and the file.
+    pub fn tensor(&self, name: &str) -> Result<TensorView<'_>> {
+        self.tensors()?
+            .tensor(name)
+            .map_err(|_| QuantError::MissingTensor { tensor: name.into(), file: self.name() })
+    }
+
+    /// Reads the quantized weight stored under `prefix` (`<prefix>.weight_packed`, ...).
+    /// `group_size`, where the config states one, must agree with the scales' shape;
+    /// otherwise it is inferred from them.
+    pub fn quantized_weight(&self, prefix: &str, group_size: Option<usize>) -> Result<QuantizedWeight> {
+        let (n, k) = self.weight_shape(prefix)?;
+        let scale_name = format!("{prefix}.weight_scale");
+        let scale = self.tensor(&scale_name)?;
+        let dtype = Dtype::from_safetensors(scale.dtype()).ok_or_else(|| QuantError::DtypeMismatch {
+            tensor: scale_name.clone(),
+            expected: "F16 or BF16".into(),
+            actual: format!("{:?}", scale.dtype()),
+        })?;
+        let group_size = match (group_size, scale.shape()) {
+            (Some(g), _) => g,
+            (None, [_, groups]) if *groups > 0 && k % groups == 0 => k / groups,
+            (None, shape) => {
+                return Err(QuantError::ShapeMismatch {
+                    tensor: scale_name,
+                    expected: vec![n, k / 32],
+                    actual: shape.to_vec(),
+                });
+            }
+        };
+        check_group(prefix, k, group_size)?;
+        expect_shape(&scale_name, &scale, &[n, k / group_size])?;
+
+        let packed_name = format!("{prefix}.weight_packed");
+        let packed = self.tensor(&packed_name)?;
+        expect_dtype(&packed_name, &packed, StDtype::I32)?;
+        expect_shape(&packed_name, &packed, &[n, k.div_ceil(int4::PER_WORD)])?;
+
+        QuantizedWeight::from_parts(
+            prefix,
+            n,
+            k,
+            group_size,
+            bytemuck::pod_collect_to_vec(packed.data()),
+            Scales { dtype, bits: bytemuck::pod_collect_to_vec(scale.data()) },
+        )
+    }
+
+    fn weight_shape(&self, prefix: &str) -> Result<(usize, usize)> {
+        let name = format!("{prefix}.weight_shape");
+        let t = self.tensor(&name)?;
+        let dims: Vec<i64> = match t.dtype() {
+            StDtype::I64 => bytemuck::pod_collect_to_vec(t.data()),
+            StDtype::I32 => bytemuck::pod_collect_to_vec::<u8, i32>(t.data()).into_iter().map(i64::from).collect(),
+            other => {
+                return Err(QuantError::DtypeMismatch { tensor: name, expected: "I64".into(), actual: format!("{other:?}") });
+            }
+        };
+        match dims[..] {
+            [n, k] if n > 0 && k > 0 => Ok((n as usize, k as usize)),
+            [n, k] => Err(QuantError::OutOfRange { tensor: name, value: n.min(k), range: "positive dimensions" }),
+            _ => Err(QuantError::ShapeMismatch { tensor: name, expected: vec![2], actual: vec![dims.len()] }),
+        }
+    }
+}
+
+fn expect_shape(name: &str, t: &TensorView<'_>, expected: &[usize]) -> Result<()> {
+    if t.shape() == expected {
+        Ok(())
+    } else {
+        Err(QuantError::ShapeMismatch { tensor: name.into(), expected: expected.to_vec(), actual: t.shape().to_vec() })
+    }
+}
+
+fn expect_dtype(name: &str, t: &TensorView<'_>, expected: StDtype) -> Result<()> {
+    if t.dtype() == expected {
+        Ok(())
+    } else {
+        Err(QuantError::DtypeMismatch { tensor: name.into(), expected: format!("{expected:?}"), actual: format!("{:?}", t.dtype()) })
+    }
+}
+
+impl QuantizedWeight {
+    /// The three compressed-tensors tensors of this weight under `prefix`.
+    pub fn to_tensors(&self, prefix: &str) -> Vec<(String, Tensor)> {
+        vec![
+            (format!("{prefix}.weight_packed"), Tensor::new(StDtype::I32, vec![self.n, self.k / int4::PER_WORD], &self.packed)),
+            (
+                format!("{prefix}.weight_scale"),
+                Tensor::new(self.scales.dtype.safetensors(), vec![self.n, self.groups_per_row()], &self.scales.bits),
+            ),
+            (format!("{prefix}.weight_shape"), Tensor::new(StDtype::I64, vec![2], &[self.n as i64, self.k as i64])),
+        ]
+    }
+}
