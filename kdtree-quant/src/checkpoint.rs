@@ -29,17 +29,16 @@ impl Tensor {
     }
 
     fn view(&self) -> TensorView<'_> {
-        TensorView::new(self.dtype, self.shape.clone(), &self.data).expect("Tensor::new keeps shape and bytes consistent")
+        TensorView::new(self.dtype, self.shape.clone(), &self.data)
+            .expect("Tensor::new keeps shape and bytes consistent")
     }
 }
 
 /// Writes tensors to a safetensors file.
 pub fn write_file(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
     let views = tensors.iter().map(|(name, t)| (name.clone(), t.view()));
-    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, path).map_err(|e| QuantError::Io {
-        file: path.display().to_string(),
-        source: std::io::Error::other(e.to_string()),
-    })
+    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, path)
+        .map_err(|e| QuantError::Io { file: path.display().to_string(), source: std::io::Error::other(e.to_string()) })
 }
 
 /// A safetensors file read into memory, its header checked once at open.
@@ -50,7 +49,8 @@ pub struct SafetensorsFile {
 
 impl SafetensorsFile {
     pub fn open(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|source| QuantError::Io { file: path.display().to_string(), source })?;
+        let bytes =
+            std::fs::read(path).map_err(|source| QuantError::Io { file: path.display().to_string(), source })?;
         let file = Self { path: path.to_owned(), bytes };
         file.tensors()?;
         Ok(file)
@@ -76,9 +76,7 @@ impl SafetensorsFile {
 
     /// One tensor, or [`QuantError::MissingTensor`] naming it and the file.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>> {
-        self.tensors()?
-            .tensor(name)
-            .map_err(|_| QuantError::MissingTensor { tensor: name.into(), file: self.name() })
+        self.tensors()?.tensor(name).map_err(|_| QuantError::MissingTensor { tensor: name.into(), file: self.name() })
     }
 
     /// Reads the quantized weight stored under `prefix` (`<prefix>.weight_packed`, ...).
@@ -129,7 +127,11 @@ impl SafetensorsFile {
             StDtype::I64 => bytemuck::pod_collect_to_vec(t.data()),
             StDtype::I32 => bytemuck::pod_collect_to_vec::<u8, i32>(t.data()).into_iter().map(i64::from).collect(),
             other => {
-                return Err(QuantError::DtypeMismatch { tensor: name, expected: "I64".into(), actual: format!("{other:?}") });
+                return Err(QuantError::DtypeMismatch {
+                    tensor: name,
+                    expected: "I64".into(),
+                    actual: format!("{other:?}"),
+                });
             }
         };
         match dims[..] {
@@ -152,7 +154,11 @@ fn expect_dtype(name: &str, t: &TensorView<'_>, expected: StDtype) -> Result<()>
     if t.dtype() == expected {
         Ok(())
     } else {
-        Err(QuantError::DtypeMismatch { tensor: name.into(), expected: format!("{expected:?}"), actual: format!("{:?}", t.dtype()) })
+        Err(QuantError::DtypeMismatch {
+            tensor: name.into(),
+            expected: format!("{expected:?}"),
+            actual: format!("{:?}", t.dtype()),
+        })
     }
 }
 
@@ -160,7 +166,10 @@ impl QuantizedWeight {
     /// The three compressed-tensors tensors of this weight under `prefix`.
     pub fn to_tensors(&self, prefix: &str) -> Vec<(String, Tensor)> {
         vec![
-            (format!("{prefix}.weight_packed"), Tensor::new(StDtype::I32, vec![self.n, self.k / int4::PER_WORD], &self.packed)),
+            (
+                format!("{prefix}.weight_packed"),
+                Tensor::new(StDtype::I32, vec![self.n, self.k / int4::PER_WORD], &self.packed),
+            ),
             (
                 format!("{prefix}.weight_scale"),
                 Tensor::new(self.scales.dtype.safetensors(), vec![self.n, self.groups_per_row()], &self.scales.bits),

@@ -28,7 +28,11 @@ pub enum QuantError {
     MalformedFile { file: String, reason: String },
 
     #[error("{file}: {source}")]
-    Io { file: String, #[source] source: std::io::Error },
+    Io {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, QuantError>;

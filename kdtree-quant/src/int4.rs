@@ -28,9 +28,7 @@ pub fn unpack_word(word: u32) -> [i8; PER_WORD] {
 
 /// Packs a row-major [rows, k] matrix of int4 values (k a multiple of 8) into [rows, k / 8] words.
 pub fn pack(q: &[i8]) -> Vec<u32> {
-    q.chunks_exact(PER_WORD)
-        .map(|c| pack_word(c.try_into().expect("chunks_exact yields 8")))
-        .collect()
+    q.chunks_exact(PER_WORD).map(|c| pack_word(c.try_into().expect("chunks_exact yields 8"))).collect()
 }
 
 /// The inverse of [`pack`].

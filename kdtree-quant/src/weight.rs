@@ -75,17 +75,15 @@ impl QuantizedWeight {
             let bits = scales::round_up(scale_dtype, absmax / 7.5);
             let s = Scales { dtype: scale_dtype, bits: vec![bits] }.get(0);
             scale_bits.push(bits);
-            q.extend(group.iter().map(|&v| {
-                if s == 0.0 { 0 } else { (v / s).round().clamp(Q_MIN as f32, Q_MAX as f32) as i8 }
-            }));
+            q.extend(
+                group.iter().map(
+                    |&v| {
+                        if s == 0.0 { 0 } else { (v / s).round().clamp(Q_MIN as f32, Q_MAX as f32) as i8 }
+                    },
+                ),
+            );
         }
-        Ok(Self {
-            n,
-            k,
-            group_size,
-            packed: int4::pack(&q),
-            scales: Scales { dtype: scale_dtype, bits: scale_bits },
-        })
+        Ok(Self { n, k, group_size, packed: int4::pack(&q), scales: Scales { dtype: scale_dtype, bits: scale_bits } })
     }
 
     /// Builds a weight from int4 values ([N, K], each in [-8, 7]) and scales.
