@@ -1,1 +1,8 @@
 //! The DDTree speculative-decoding engine.
+
+pub mod error;
+pub mod mask;
+pub mod ops;
+
+pub use error::{EngineError, Result};
+pub use mask::TreeMask;

@@ -1,0 +1,52 @@
+use thiserror::Error;
+
+/// Everything the engine can report: bad model folders, bad inputs, and the quant format's own errors.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error("tensor {tensor} is missing from {file}")]
+    MissingTensor { tensor: String, file: String },
+
+    #[error("{file}: tensor {tensor} has shape {actual:?}, the config implies {expected:?}")]
+    ShapeMismatch { file: String, tensor: String, expected: Vec<usize>, actual: Vec<usize> },
+
+    #[error("{file}: tensor {tensor} has dtype {dtype}, which the engine cannot load")]
+    UnsupportedDtype { file: String, tensor: String, dtype: String },
+
+    #[error("{file}: unknown model_type `{model_type}`: expected deepseek_v3 or kimi_k2")]
+    UnknownModelType { file: String, model_type: String },
+
+    #[error("{file}: unknown quantization format `{format}`: {expected}")]
+    UnknownQuantization { file: String, format: String, expected: &'static str },
+
+    #[error("{file}: truncated or malformed safetensors shard: {reason}")]
+    TruncatedShard { file: String, reason: String },
+
+    #[error("{file}: `{key}`: {reason}")]
+    Config { file: String, key: String, reason: String },
+
+    #[error("{file}: tensor {tensor}: {source}")]
+    Quant {
+        file: String,
+        tensor: String,
+        #[source]
+        source: kdtree_quant::QuantError,
+    },
+
+    #[error("{file}: {source}")]
+    Io {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("token id {id} is outside the vocabulary of {vocab}")]
+    TokenOutOfRange { id: u32, vocab: usize },
+
+    #[error("position {position} is beyond the rotary table of {max} positions")]
+    PositionOutOfRange { position: usize, max: usize },
+
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+pub type Result<T> = std::result::Result<T, EngineError>;

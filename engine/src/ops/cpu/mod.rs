@@ -1,0 +1,17 @@
+//! The CPU reference ops. Every reduction runs in a fixed order (matmuls through
+//! [`kdtree_quant::reference::dot`]), work is split over rows only, so a row's result is the
+//! same bits whether it is computed alone or in a batch: the property tree verification needs.
+
+mod attention;
+mod elementwise;
+mod embedding;
+mod linear;
+mod norm;
+mod rope;
+
+pub use attention::{AttentionShape, attention};
+pub use elementwise::{argmax, silu_mul, softmax};
+pub use embedding::embedding;
+pub use linear::{linear, w4a16_linear};
+pub use norm::rmsnorm;
+pub use rope::{RopeTable, rope_half_split, rope_interleaved};
