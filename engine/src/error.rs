@@ -21,6 +21,9 @@ pub enum EngineError {
     #[error("{file}: truncated or malformed safetensors shard: {reason}")]
     TruncatedShard { file: String, reason: String },
 
+    #[error("{file}: tensor {tensor} is stored {stored}, but the quantization config says it is {expected}")]
+    QuantizationMismatch { file: String, tensor: String, stored: &'static str, expected: &'static str },
+
     #[error("{file}: `{key}`: {reason}")]
     Config { file: String, key: String, reason: String },
 
@@ -29,7 +32,7 @@ pub enum EngineError {
         file: String,
         tensor: String,
         #[source]
-        source: kdtree_quant::QuantError,
+        source: Box<kdtree_quant::QuantError>,
     },
 
     #[error("{file}: {source}")]

@@ -10,7 +10,7 @@ const FEATURE_BLOCK: usize = 16;
 /// Dense `y[m, n] = x[m, k] · w[n, k]ᵀ`, each output one fixed-order [`dot`]: bit-identical to
 /// [`w4a16_linear`] when `w` holds the dequantized values of the INT4 weight.
 pub fn linear(x: &[f32], m: usize, w: &[f32], n: usize) -> Result<Vec<f32>> {
-    let k = if n == 0 { 0 } else { w.len() / n };
+    let k = w.len().checked_div(n).unwrap_or(0);
     if w.len() != n * k || x.len() != m * k {
         return Err(EngineError::InvalidArgument(format!(
             "linear: x holds {} values for {m} rows, w {} values for {n} rows: K disagrees",
@@ -38,7 +38,7 @@ pub fn w4a16_linear(x: &[f32], m: usize, w: &QuantizedWeight) -> Result<Vec<f32>
     w4a16_gemm_f32(x, m, w).map_err(|source| EngineError::Quant {
         file: "<activations>".into(),
         tensor: "x".into(),
-        source,
+        source: Box::new(source),
     })
 }
 

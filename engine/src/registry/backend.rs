@@ -1,0 +1,101 @@
+//! What an op runs on, and how the implementation of one (op, shape) is chosen.
+
+use std::fmt;
+
+/// The device every op of a model runs on, chosen once at startup. A CUDA backend joins as a
+/// variant holding its device; every op keeps its CPU implementation as the reference.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// The deterministic, batch-invariant reference ops of [`crate::ops::cpu`].
+    #[default]
+    Cpu,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backend::Cpu => f.write_str("cpu"),
+        }
+    }
+}
+
+/// The ops of the registry, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpName {
+    Linear,
+    W4a16Linear,
+    RmsNorm,
+    Rope,
+    Attention,
+    SiluMul,
+    Softmax,
+    Argmax,
+    Embedding,
+}
+
+impl OpName {
+    pub const ALL: [OpName; 9] = [
+        OpName::Linear,
+        OpName::W4a16Linear,
+        OpName::RmsNorm,
+        OpName::Rope,
+        OpName::Attention,
+        OpName::SiluMul,
+        OpName::Softmax,
+        OpName::Argmax,
+        OpName::Embedding,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpName::Linear => "linear",
+            OpName::W4a16Linear => "w4a16_linear",
+            OpName::RmsNorm => "rmsnorm",
+            OpName::Rope => "rope",
+            OpName::Attention => "attention",
+            OpName::SiluMul => "silu_mul",
+            OpName::Softmax => "softmax",
+            OpName::Argmax => "argmax",
+            OpName::Embedding => "embedding",
+        }
+    }
+}
+
+impl fmt::Display for OpName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The problem an implementation is chosen for: the op and its GEMM-like sizes (rows `m`,
+/// output features `n`, reduction `k`; ops without one of them put 0), plus the INT4 group size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ShapeKey {
+    pub op: OpName,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub group_size: usize,
+}
+
+/// One implementation of an op. Tuned GPU kernels join as variants naming their kernel variant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Impl {
+    /// The CPU reference op.
+    CpuReference,
+}
+
+/// Picks the implementation of one (op, shape) on a backend: the hook a tuning DB plugs into.
+/// `None` leaves the backend's default.
+pub trait ImplChooser: Send + Sync {
+    fn choose(&self, backend: &Backend, key: &ShapeKey) -> Option<Impl>;
+}
+
+impl Backend {
+    /// The implementation used when no chooser has an opinion.
+    pub fn default_impl(&self, _key: &ShapeKey) -> Impl {
+        match self {
+            Backend::Cpu => Impl::CpuReference,
+        }
+    }
+}
