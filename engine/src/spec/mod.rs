@@ -1,0 +1,34 @@
+//! DDTree speculative decoding ("Accelerating Speculative Decoding with Block Diffusion Draft Trees").
+//!
+//! | step | where |
+//! |---|---|
+//! | a drafter proposes distributions q_1..q_L after the bonus token | [`Drafter`]: [`LookupDrafter`], [`ModelDrafter`], [`BlockDrafter`] |
+//! | the best B prefixes under q(u) = Π q_i(u_i) form the tree | [`DraftTree::build`] |
+//! | one target forward over [bonus, tree] with the ancestor mask; greedy walk; KV compaction | [`verify`] |
+//! | rounds until `max_new`, with statistics | [`ddtree_generate`], [`Stats`] |
+//!
+//! The output is exactly plain greedy decoding's: every committed token is the target's argmax after
+//! the committed text, and the CPU backend is batch-invariant, so the tree forward's logits at a node
+//! are bit for bit those of feeding its path one token at a time.
+//!
+//! ```no_run
+//! use kdtree_engine::model::Model;
+//! use kdtree_engine::spec::{LookupDrafter, TreeLimits, ddtree_generate};
+//!
+//! let target = Model::load("tiny-model".as_ref())?;
+//! let mut drafter = LookupDrafter::new(3, target.config.vocab_size);
+//! let limits = TreeLimits { budget: 32, draft_len: 8 };
+//! let (tokens, stats) = ddtree_generate(&target, &mut drafter, &[1, 2, 3, 1, 2], 64, limits, None)?;
+//! println!("{tokens:?}: tau {:.2}, {:.2} target forwards per token", stats.tau(), stats.forwards_per_token());
+//! # Ok::<(), kdtree_engine::EngineError>(())
+//! ```
+
+mod decode;
+mod drafter;
+mod tree;
+mod verify;
+
+pub use decode::{Stats, TreeLimits, ddtree_generate};
+pub use drafter::{BlockDrafter, Choice, Draft, Drafter, LookupDrafter, ModelDrafter};
+pub use tree::DraftTree;
+pub use verify::{Verified, greedy_walk, verify};
