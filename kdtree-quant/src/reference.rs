@@ -45,22 +45,21 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// [`dot`] of one `a` against [`ROW_BLOCK`] rows at once: bit-identical to four calls.
-#[inline]
+#[inline(always)]
 fn dot_block(a: &[f32], rows: [&[f32]; ROW_BLOCK]) -> [f32; ROW_BLOCK] {
     let mut acc = [[0f32; LANES]; ROW_BLOCK];
     let main = a.len() / LANES * LANES;
-    for i in (0..main).step_by(LANES) {
-        let ca = &a[i..i + LANES];
-        for r in 0..ROW_BLOCK {
-            let cb = &rows[r][i..i + LANES];
+    let [r0, r1, r2, r3] = rows.map(|r| r[..main].chunks_exact(LANES));
+    for ((((ca, c0), c1), c2), c3) in a[..main].chunks_exact(LANES).zip(r0).zip(r1).zip(r2).zip(r3) {
+        for (acc, cb) in acc.iter_mut().zip([c0, c1, c2, c3]) {
             for l in 0..LANES {
-                acc[r][l] += ca[l] * cb[l];
+                acc[l] += ca[l] * cb[l];
             }
         }
     }
-    for r in 0..ROW_BLOCK {
+    for (acc, row) in acc.iter_mut().zip(rows) {
         for (l, k) in (main..a.len()).enumerate() {
-            acc[r][l] += a[k] * rows[r][k];
+            acc[l] += a[k] * row[k];
         }
     }
     acc.map(reduce)
@@ -71,38 +70,57 @@ fn reduce(acc: [f32; LANES]) -> f32 {
     ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
 }
 
+/// Output rows `n0..n0 + out.len() / m` of Yᵀ: dequantize them, then dot every row of X.
+fn row_block(w: &QuantizedWeight, x: &[f32], m: usize, n0: usize, wbuf: &mut [f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above). AVX2 adds wider registers, not
+        // fused multiply-adds, so the results are bit-identical to the portable path.
+        return unsafe { row_block_avx2(w, x, m, n0, wbuf, out) };
+    }
+    row_block_portable(w, x, m, n0, wbuf, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn row_block_avx2(w: &QuantizedWeight, x: &[f32], m: usize, n0: usize, wbuf: &mut [f32], out: &mut [f32]) {
+    row_block_portable(w, x, m, n0, wbuf, out)
+}
+
+#[inline(always)]
+fn row_block_portable(w: &QuantizedWeight, x: &[f32], m: usize, n0: usize, wbuf: &mut [f32], out: &mut [f32]) {
+    let k = w.k;
+    let rows = out.len() / m;
+    for r in 0..rows {
+        w.dequantize_row(n0 + r, &mut wbuf[r * k..(r + 1) * k]);
+    }
+    if rows == ROW_BLOCK {
+        let wrows: [&[f32]; ROW_BLOCK] = std::array::from_fn(|r| &wbuf[r * k..(r + 1) * k]);
+        for (i, xrow) in x.chunks_exact(k).enumerate() {
+            for (r, v) in dot_block(xrow, wrows).into_iter().enumerate() {
+                out[r * m + i] = v;
+            }
+        }
+    } else {
+        for r in 0..rows {
+            for (i, xrow) in x.chunks_exact(k).enumerate() {
+                out[r * m + i] = dot(xrow, &wbuf[r * k..(r + 1) * k]);
+            }
+        }
+    }
+}
+
 /// `Y = X · dequant(W)ᵀ` with X in f32 (values of the activation dtype), Y in f32 before the
 /// final rounding: the form the engine and the tests compare against.
 pub fn w4a16_gemm_f32(x: &[f32], m: usize, w: &QuantizedWeight) -> Result<Vec<f32>> {
     if x.len() != m * w.k {
         return Err(QuantError::LengthMismatch { tensor: "x".into(), expected: m * w.k, actual: x.len() });
     }
-    let k = w.k;
     // Y transposed ([N, M]) so that each block of output rows is one contiguous slice.
     let mut yt = vec![0f32; w.n * m];
     yt.par_chunks_mut(ROW_BLOCK * m).enumerate().for_each_init(
-        || vec![0f32; ROW_BLOCK * k],
-        |wbuf, (block, out)| {
-            let n0 = block * ROW_BLOCK;
-            let rows = out.len() / m;
-            for r in 0..rows {
-                w.dequantize_row(n0 + r, &mut wbuf[r * k..(r + 1) * k]);
-            }
-            if rows == ROW_BLOCK {
-                let wrows: [&[f32]; ROW_BLOCK] = std::array::from_fn(|r| &wbuf[r * k..(r + 1) * k]);
-                for (i, xrow) in x.chunks_exact(k).enumerate() {
-                    for (r, v) in dot_block(xrow, wrows).into_iter().enumerate() {
-                        out[r * m + i] = v;
-                    }
-                }
-            } else {
-                for r in 0..rows {
-                    for (i, xrow) in x.chunks_exact(k).enumerate() {
-                        out[r * m + i] = dot(xrow, &wbuf[r * k..(r + 1) * k]);
-                    }
-                }
-            }
-        },
+        || vec![0f32; ROW_BLOCK * w.k],
+        |wbuf, (block, out)| row_block(w, x, m, block * ROW_BLOCK, wbuf, out),
     );
     let mut y = vec![0f32; m * w.n];
     for (n, col) in yt.chunks_exact(m).enumerate() {

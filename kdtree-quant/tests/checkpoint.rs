@@ -1,0 +1,116 @@
+//! compressed-tensors `pack-quantized` tensors in safetensors files.
+
+use kdtree_quant::{Dtype, QuantError, QuantizedWeight, SafetensorsFile, Tensor, write_file};
+use proptest::prelude::*;
+use safetensors::Dtype as St;
+
+fn sample(n: usize, k: usize, g: usize, dtype: Dtype, seed: u32) -> QuantizedWeight {
+    let w: Vec<f32> = (0..n * k).map(|i| (((i as u32 ^ seed).wrapping_mul(2654435761) >> 16) as f32 / 65536.0 - 0.5) * 4.0).collect();
+    QuantizedWeight::quantize(&w, n, k, g, dtype).unwrap()
+}
+
+fn write(dir: &tempfile::TempDir, tensors: &[(String, Tensor)]) -> std::path::PathBuf {
+    let path = dir.path().join("model.safetensors");
+    write_file(&path, tensors).unwrap();
+    path
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn written_then_read_is_identical(n in 1usize..5, groups in 1usize..4, g in prop::sample::select(vec![32usize, 64, 128]),
+                                      dtype in prop::sample::select(Dtype::ALL.to_vec()), seed in any::<u32>()) {
+        let qw = sample(n, groups * g, g, dtype, seed);
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(&dir, &qw.to_tensors("model.layers.0.mlp.experts.0.up_proj"));
+        let file = SafetensorsFile::open(&path).unwrap();
+        prop_assert_eq!(file.quantized_weight("model.layers.0.mlp.experts.0.up_proj", None).unwrap(), qw.clone());
+        prop_assert_eq!(file.quantized_weight("model.layers.0.mlp.experts.0.up_proj", Some(g)).unwrap(), qw);
+    }
+}
+
+#[test]
+fn bytes_follow_the_compressed_tensors_convention() {
+    let qw = sample(2, 64, 32, Dtype::Bf16, 7);
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &qw.to_tensors("w"));
+    let file = SafetensorsFile::open(&path).unwrap();
+
+    let packed = file.tensor("w.weight_packed").unwrap();
+    assert_eq!((packed.dtype(), packed.shape()), (St::I32, &[2usize, 8][..]));
+    let q = qw.q();
+    for (word_index, bytes) in packed.data().chunks_exact(4).enumerate() {
+        // Little-endian int32 words; element j of each run of eight at bits 4j, stored as q + 8.
+        let word = i32::from_le_bytes(bytes.try_into().unwrap()) as u32;
+        let expect = (0..8).fold(0u32, |acc, j| acc | (((q[word_index * 8 + j] + 8) as u32) << (4 * j)));
+        assert_eq!(word, expect, "word {word_index}");
+    }
+    let scale = file.tensor("w.weight_scale").unwrap();
+    assert_eq!((scale.dtype(), scale.shape()), (St::BF16, &[2usize, 2][..]));
+    let shape = file.tensor("w.weight_shape").unwrap();
+    assert_eq!((shape.dtype(), shape.shape()), (St::I64, &[2usize][..]));
+    assert_eq!(shape.data(), [2i64, 64].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
+}
+
+fn replace(tensors: &mut [(String, Tensor)], name: &str, t: Tensor) {
+    tensors.iter_mut().find(|(n, _)| n == name).unwrap().1 = t;
+}
+
+#[test]
+fn k_not_a_multiple_of_the_group_size_names_the_tensor() {
+    let mut tensors = sample(2, 64, 32, Dtype::F16, 1).to_tensors("blk");
+    replace(&mut tensors, "blk.weight_shape", Tensor::new(St::I64, vec![2], &[2i64, 60]));
+    let dir = tempfile::tempdir().unwrap();
+    let err = SafetensorsFile::open(&write(&dir, &tensors)).unwrap().quantized_weight("blk", Some(32)).unwrap_err();
+    assert!(matches!(&err, QuantError::KNotMultipleOfGroup { tensor, k: 60, group_size: 32 } if tensor == "blk"), "{err}");
+}
+
+#[test]
+fn shapes_and_dtypes_that_disagree_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = sample(2, 64, 32, Dtype::F16, 1).to_tensors("blk");
+
+    let mut t = base.clone();
+    replace(&mut t, "blk.weight_packed", Tensor::new(St::I32, vec![2, 7], &[0i32; 14]));
+    let err = SafetensorsFile::open(&write(&dir, &t)).unwrap().quantized_weight("blk", None).unwrap_err();
+    assert!(matches!(&err, QuantError::ShapeMismatch { tensor, .. } if tensor == "blk.weight_packed"), "{err}");
+
+    let mut t = base.clone();
+    replace(&mut t, "blk.weight_packed", Tensor::new(St::F32, vec![2, 8], &[0f32; 16]));
+    let err = SafetensorsFile::open(&write(&dir, &t)).unwrap().quantized_weight("blk", None).unwrap_err();
+    assert!(matches!(&err, QuantError::DtypeMismatch { tensor, .. } if tensor == "blk.weight_packed"), "{err}");
+
+    let mut t = base.clone();
+    replace(&mut t, "blk.weight_scale", Tensor::new(St::F32, vec![2, 2], &[0f32; 4]));
+    let err = SafetensorsFile::open(&write(&dir, &t)).unwrap().quantized_weight("blk", None).unwrap_err();
+    assert!(matches!(&err, QuantError::DtypeMismatch { tensor, .. } if tensor == "blk.weight_scale"), "{err}");
+
+    let err = SafetensorsFile::open(&write(&dir, &base)).unwrap().quantized_weight("blk", Some(64)).unwrap_err();
+    assert!(matches!(&err, QuantError::ShapeMismatch { tensor, expected, .. } if tensor == "blk.weight_scale" && expected == &[2, 1]), "{err}");
+}
+
+#[test]
+fn missing_tensors_name_tensor_and_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let tensors: Vec<_> = sample(2, 64, 32, Dtype::F16, 1).to_tensors("blk").into_iter().filter(|(n, _)| !n.ends_with("scale")).collect();
+    let path = write(&dir, &tensors);
+    let err = SafetensorsFile::open(&path).unwrap().quantized_weight("blk", None).unwrap_err();
+    assert!(matches!(&err, QuantError::MissingTensor { tensor, .. } if tensor == "blk.weight_scale"), "{err}");
+    assert!(err.to_string().contains("model.safetensors"), "{err}");
+}
+
+#[test]
+fn truncated_and_garbage_files_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, &sample(2, 64, 32, Dtype::F16, 1).to_tensors("blk"));
+    let bytes = std::fs::read(&path).unwrap();
+    for cut in [0, 4, 8, 20, bytes.len() - 1] {
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let err = SafetensorsFile::open(&path).err().unwrap_or_else(|| panic!("cut at {cut} accepted"));
+        assert!(matches!(err, QuantError::MalformedFile { .. }), "cut at {cut}: {err}");
+    }
+    std::fs::write(&path, b"\xff\xff\xff\xff\xff\xff\xff\x7fnot a header").unwrap();
+    assert!(matches!(SafetensorsFile::open(&path), Err(QuantError::MalformedFile { .. })));
+    let missing = dir.path().join("absent.safetensors");
+    assert!(matches!(SafetensorsFile::open(&missing), Err(QuantError::Io { .. })));
+}
