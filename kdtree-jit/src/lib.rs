@@ -1,1 +1,57 @@
-//! Render, compile, cache and tune W4A16 GEMM variants.
+//! Render, compile, cache and load GPU kernel variants.
+//!
+//! | concept | where |
+//! |---|---|
+//! | a declared space of variants | [`variant_space!`], [`Variant`], [`AxisValue`] |
+//! | which variants fit a GPU | [`Target`], [`Arch`], [`Invalid`] |
+//!
+//! ```
+//! use kdtree_jit::{Arch, AxisValue, Invalid, Target, Variant};
+//!
+//! #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)] // serde: the generated struct derives it
+//! pub enum Op { Add, Mul }
+//! impl AxisValue for Op {
+//!     fn as_str(&self) -> &'static str {
+//!         match self { Op::Add => "add", Op::Mul => "mul" }
+//!     }
+//! }
+//!
+//! fn fits(v: &Elementwise, target: &Target) -> Result<(), Invalid> {
+//!     let smem = v.block as usize * 4;
+//!     let max = target.arch.smem_per_block_max();
+//!     if smem > max { Err(Invalid::SharedMemory { requested: smem, max }) } else { Ok(()) }
+//! }
+//!
+//! kdtree_jit::variant_space! {
+//!     /// Element-wise binary ops.
+//!     pub space Elementwise {
+//!         template = "elementwise.cu.tera";
+//!         name = "elementwise_{op}_b{block}";
+//!         axes { op: Op = [Add, Mul], block: u32 = [128, 256] }
+//!         check = fits;
+//!     }
+//! }
+//!
+//! assert_eq!(Elementwise::all().len(), 4);
+//! let v = Elementwise { op: Op::Mul, block: 256 };
+//! assert_eq!(v.name(), "elementwise_mul_b256");
+//! assert_eq!(Elementwise::from_name("elementwise_mul_b256"), Some(v));
+//! assert!(v.check(&Target { arch: Arch(90) }).is_ok());
+//! ```
+
+extern crate self as kdtree_jit;
+
+pub mod arch;
+pub mod error;
+pub mod variant;
+
+pub use arch::Arch;
+pub use error::{Error, Result};
+pub use kdtree_macros::variant_space;
+pub use variant::{AxisValue, Invalid, Target, Variant};
+
+// serde is used by the code `variant_space!` expands to, so that callers need not depend on it;
+// tera is in the signature of `Variant::context`.
+#[doc(hidden)]
+pub use serde;
+pub use tera;

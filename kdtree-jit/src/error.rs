@@ -1,0 +1,57 @@
+//! The one error type of kdtree-jit.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// Everything that can go wrong from probing the CUDA libraries to launching a kernel.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error(
+        "NVRTC (libnvrtc.so.13) not found; searched: {}. Install it with \
+         `pip install --target target/nvrtc nvidia-cuda-nvrtc` or point KDTREE_NVRTC_DIR at its lib directory",
+        list(searched)
+    )]
+    NoNvrtc { searched: Vec<PathBuf> },
+
+    #[error("cannot load {path}: {message}")]
+    Library { path: PathBuf, message: String },
+
+    #[error("no CUDA driver found (libcuda.so.1 is not on the loader path): {reason}")]
+    NoDriver { reason: String },
+
+    #[error("no GPU {ordinal}: {reason}")]
+    NoGpu { ordinal: usize, reason: String },
+
+    #[error("`{0}` is not an arch: write it as sm_90 or 90")]
+    Arch(String),
+
+    #[error("`{name}` is not a variant of the {space} space")]
+    UnknownVariant { space: &'static str, name: String },
+
+    #[error("rendering {template} for {variant}: {message}")]
+    Render { template: String, variant: String, message: String },
+
+    #[error("compiling {variant} (from {origin}) failed; NVRTC says:\n{log}")]
+    Compile { origin: String, variant: String, log: String },
+
+    #[error("NVRTC: {0}")]
+    Nvrtc(String),
+
+    #[error("CUDA driver: {0}")]
+    Driver(#[from] cudarc::driver::DriverError),
+
+    #[error("cubin cache at {}: {source}", path.display())]
+    Cache {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn list(paths: &[PathBuf]) -> String {
+    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    if shown.is_empty() { "nothing".to_owned() } else { shown.join(", ") }
+}
