@@ -24,6 +24,9 @@ pub enum EngineError {
     #[error("{file}: tensor {tensor} is stored {stored}, but the quantization config says it is {expected}")]
     QuantizationMismatch { file: String, tensor: String, stored: &'static str, expected: &'static str },
 
+    #[error("{tensor} is not in {file}, which holds its weight_packed: INT4 weights split across shards are not supported")]
+    SplitQuantizedWeight { file: String, tensor: String },
+
     #[error("{file}: `{key}`: {reason}")]
     Config { file: String, key: String, reason: String },
 

@@ -1,0 +1,50 @@
+//! Plain greedy decoding: the baseline speculative decoding must reproduce token for token.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{EngineError, Result};
+use crate::model::Model;
+
+/// The tokens of one greedy generation and where the time went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generation {
+    pub tokens: Vec<u32>,
+    /// The prompt's forward pass, which also yields the first new token.
+    pub prefill: Duration,
+    /// Every later one-token forward pass.
+    pub decode: Duration,
+}
+
+/// Up to `max_new` argmax tokens after `prompt`, stopping after `stop` (which is included).
+/// The prompt is prefilled in one forward pass.
+pub fn greedy_generate(model: &Model, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Vec<u32>> {
+    Ok(greedy_generate_timed(model, prompt, max_new, stop)?.tokens)
+}
+
+/// [`greedy_generate`] with the prefill and decode times.
+pub fn greedy_generate_timed(model: &Model, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Generation> {
+    if prompt.is_empty() {
+        return Err(EngineError::InvalidArgument("greedy_generate: the prompt is empty".into()));
+    }
+    let vocab = model.config.vocab_size;
+    let mut cache = model.new_cache();
+    let mut tokens = Vec::with_capacity(max_new);
+    let start = Instant::now();
+    if max_new == 0 {
+        return Ok(Generation { tokens, prefill: Duration::ZERO, decode: Duration::ZERO });
+    }
+    let positions: Vec<usize> = (0..prompt.len()).collect();
+    let logits = model.forward(&mut cache, prompt, &positions, None)?;
+    let mut next = model.ops().argmax(&logits[(prompt.len() - 1) * vocab..], vocab)[0];
+    let prefill = start.elapsed();
+    loop {
+        tokens.push(next);
+        if tokens.len() == max_new || stop == Some(next) {
+            break;
+        }
+        let position = cache.len();
+        let logits = model.forward(&mut cache, &[next], &[position], None)?;
+        next = model.ops().argmax(&logits, vocab)[0];
+    }
+    Ok(Generation { tokens, prefill, decode: start.elapsed() - prefill })
+}

@@ -1,0 +1,174 @@
+//! The safetensors shards of a model folder, found through `model.safetensors.index.json` when
+//! there is one, otherwise every `*.safetensors` file of the folder.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use half::{bf16, f16};
+use kdtree_quant::{QuantError, SafetensorsFile};
+use safetensors::Dtype as StDtype;
+
+use crate::error::{EngineError, Result};
+use crate::registry::LinearWeight;
+
+pub(crate) struct Checkpoint {
+    files: Vec<SafetensorsFile>,
+    /// Tensor name -> index into `files`.
+    by_name: HashMap<String, usize>,
+}
+
+impl Checkpoint {
+    pub fn open(dir: &Path) -> Result<Self> {
+        let index_path = dir.join("model.safetensors.index.json");
+        let shard_names: Vec<String> = if index_path.exists() {
+            let map = read_index(&index_path)?;
+            let mut names: Vec<String> = map.into_values().collect();
+            names.sort();
+            names.dedup();
+            names
+        } else {
+            let entries = std::fs::read_dir(dir).map_err(|source| io(dir, source))?;
+            let mut names = Vec::new();
+            for entry in entries {
+                let name = entry.map_err(|source| io(dir, source))?.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".safetensors") {
+                    names.push(name);
+                }
+            }
+            names.sort();
+            names
+        };
+        if shard_names.is_empty() {
+            return Err(EngineError::MissingTensor {
+                tensor: "model.embed_tokens.weight".into(),
+                file: format!("{} (no *.safetensors file)", dir.display()),
+            });
+        }
+        let mut files = Vec::new();
+        let mut by_name = HashMap::new();
+        for name in shard_names {
+            let file = SafetensorsFile::open(&dir.join(&name)).map_err(|e| shard_error(e, &dir.join(&name)))?;
+            for tensor in file.names().map_err(|e| shard_error(e, file.path()))? {
+                by_name.insert(tensor, files.len());
+            }
+            files.push(file);
+        }
+        Ok(Self { files, by_name })
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    fn file(&self, name: &str) -> Result<&SafetensorsFile> {
+        match self.by_name.get(name) {
+            Some(&i) => Ok(&self.files[i]),
+            None => Err(EngineError::MissingTensor { tensor: name.into(), file: self.file_list() }),
+        }
+    }
+
+    fn file_list(&self) -> String {
+        let names: Vec<String> = self.files.iter().map(|f| f.path().display().to_string()).collect();
+        names.join(", ")
+    }
+
+    /// A dense tensor of the given shape, bf16/f16/f32 on disk, converted to f32.
+    pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        let file = self.file(name)?;
+        let path = file.path().display().to_string();
+        let t = file.tensor(name).map_err(|e| shard_error(e, file.path()))?;
+        if t.shape() != shape {
+            return Err(EngineError::ShapeMismatch {
+                file: path,
+                tensor: name.into(),
+                expected: shape.to_vec(),
+                actual: t.shape().to_vec(),
+            });
+        }
+        let data = t.data();
+        Ok(match t.dtype() {
+            StDtype::BF16 => data.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            StDtype::F16 => data.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            StDtype::F32 => data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            other => {
+                return Err(EngineError::UnsupportedDtype {
+                    file: path,
+                    tensor: name.into(),
+                    dtype: format!("{other:?}"),
+                });
+            }
+        })
+    }
+
+    /// The `[n, k]` linear layer `module`: INT4 when the checkpoint holds `module.weight_packed`,
+    /// dense when it holds `module.weight`. `group_size` is the config's for a module it says is
+    /// quantized (`None`: dense); the checkpoint must agree.
+    pub fn linear(&self, module: &str, n: usize, k: usize, group_size: Option<usize>) -> Result<LinearWeight> {
+        let packed = format!("{module}.weight_packed");
+        let dense = format!("{module}.weight");
+        let mismatch = |tensor: String, stored, expected| {
+            let file = self.file(&tensor).map(|f| f.path().display().to_string()).unwrap_or_default();
+            EngineError::QuantizationMismatch { file, tensor, stored, expected }
+        };
+        match (self.contains(&packed), group_size) {
+            (true, Some(g)) => {
+                let file = self.file(&packed)?;
+                // kdtree-quant reads the three tensors of a weight from one file.
+                for part in ["weight_scale", "weight_shape"].map(|p| format!("{module}.{p}")) {
+                    if self.contains(&part) && !std::ptr::eq(self.file(&part)?, file) {
+                        return Err(EngineError::SplitQuantizedWeight {
+                            file: file.path().display().to_string(),
+                            tensor: part,
+                        });
+                    }
+                }
+                let q = file.quantized_weight(module, Some(g)).map_err(|e| shard_error(e, file.path()))?;
+                if (q.n, q.k) != (n, k) {
+                    return Err(EngineError::ShapeMismatch {
+                        file: file.path().display().to_string(),
+                        tensor: format!("{module}.weight_shape"),
+                        expected: vec![n, k],
+                        actual: vec![q.n, q.k],
+                    });
+                }
+                Ok(LinearWeight::W4a16(q))
+            }
+            (true, None) => Err(mismatch(packed, "INT4", "dense")),
+            (false, Some(_)) if self.contains(&dense) => Err(mismatch(dense, "dense", "INT4")),
+            (false, Some(_)) => Err(EngineError::MissingTensor { tensor: packed, file: self.file_list() }),
+            (false, None) => Ok(LinearWeight::Dense { n, k, w: self.tensor(&dense, &[n, k])? }),
+        }
+    }
+}
+
+fn read_index(path: &Path) -> Result<HashMap<String, String>> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| EngineError::Io { file: file.clone(), source })?;
+    #[derive(serde::Deserialize)]
+    struct Index {
+        weight_map: HashMap<String, String>,
+    }
+    serde_json::from_str::<Index>(&text).map(|i| i.weight_map).map_err(|e| EngineError::Config {
+        file,
+        key: "weight_map".into(),
+        reason: e.to_string(),
+    })
+}
+
+fn io(path: &Path, source: std::io::Error) -> EngineError {
+    EngineError::Io { file: path.display().to_string(), source }
+}
+
+/// Names the file in every error of kdtree-quant's reader.
+fn shard_error(e: QuantError, path: &Path) -> EngineError {
+    let file = path.display().to_string();
+    match e {
+        QuantError::MalformedFile { reason, .. } => EngineError::TruncatedShard { file, reason },
+        QuantError::MissingTensor { tensor, .. } => EngineError::MissingTensor { tensor, file },
+        QuantError::ShapeMismatch { tensor, expected, actual } => {
+            EngineError::ShapeMismatch { file, tensor, expected, actual }
+        }
+        QuantError::Io { source, .. } => EngineError::Io { file, source },
+        other => EngineError::Quant { file, tensor: String::new(), source: Box::new(other) },
+    }
+}

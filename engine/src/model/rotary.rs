@@ -1,0 +1,83 @@
+//! Rotary frequencies and YaRN, as DeepSeek-V3's reference `model.py` (`precompute_freqs_cis`,
+//! `yarn_*`) and the Hugging Face `DeepseekV3YarnRotaryEmbedding` compute them.
+
+use std::f64::consts::PI;
+
+use super::config::{Config, Yarn};
+use crate::ops::cpu::RopeTable;
+
+/// `mscale(s, m) = 0.1 m ln(s) + 1` for `s > 1`, else 1.
+pub fn yarn_mscale(scale: f64, m: f64) -> f64 {
+    if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 }
+}
+
+/// The rotary table for positions `0..max_position_embeddings` of the rotary head dimension.
+pub fn rope_table(c: &Config) -> RopeTable {
+    let dim = c.qk_rope_head_dim;
+    let base: Vec<f64> = (0..dim / 2).map(|i| 1.0 / c.rope_theta.powf((2 * i) as f64 / dim as f64)).collect();
+    match &c.rope_scaling {
+        None => RopeTable::new(&base, c.max_position_embeddings, 1.0),
+        Some(y) => {
+            let (low, high) = correction_range(y, dim, c.rope_theta);
+            let inv_freq: Vec<f64> = base
+                .iter()
+                .enumerate()
+                .map(|(i, &extra)| {
+                    // The ramp is 0 for fast (high-frequency) dims, which keep `extra`, and 1 for
+                    // slow ones, which are interpolated by `factor`.
+                    let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                    let keep = 1.0 - ramp;
+                    extra / y.factor * (1.0 - keep) + extra * keep
+                })
+                .collect();
+            // DeepSeek's cos/sin factor: mscale(f, mscale) / mscale(f, mscale_all_dim), 1 for K2.
+            let mscale = yarn_mscale(y.factor, y.mscale) / yarn_mscale(y.factor, y.mscale_all_dim);
+            RopeTable::new(&inv_freq, c.max_position_embeddings, mscale)
+        }
+    }
+}
+
+/// `(low, high)` of the YaRN ramp over the `dim / 2` frequencies (`yarn_find_correction_range`
+/// with its floor/ceil, clamped to `[0, dim - 1]`; equal ends are widened by 0.001 as in
+/// `yarn_linear_ramp_mask`).
+fn correction_range(y: &Yarn, dim: usize, base: f64) -> (f64, f64) {
+    let correction_dim = |rotations: f64| {
+        dim as f64 * (y.original_max_position_embeddings as f64 / (rotations * 2.0 * PI)).ln() / (2.0 * base.ln())
+    };
+    let low = correction_dim(y.beta_fast).floor().max(0.0);
+    let high = correction_dim(y.beta_slow).ceil().min(dim as f64 - 1.0);
+    if low == high { (low, high + 0.001) } else { (low, high) }
+}
+
+/// The attention softmax scale: `1 / sqrt(qk_head_dim)`, times `mscale(factor, mscale_all_dim)²`
+/// under YaRN (DeepSeek-V3's attention `softmax_scale`).
+pub fn softmax_scale(c: &Config) -> f32 {
+    let mut scale = 1.0 / (c.qk_head_dim() as f64).sqrt();
+    if let Some(y) = c.rope_scaling.as_ref().filter(|y| y.mscale_all_dim != 0.0) {
+        let m = yarn_mscale(y.factor, y.mscale_all_dim);
+        scale *= m * m;
+    }
+    scale as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kimi_k2_yarn_values() {
+        // Kimi K2: factor 32, mscale = mscale_all_dim = 1, qk_head_dim 192.
+        assert!((yarn_mscale(32.0, 1.0) - 1.346_573_590_279_972_6).abs() < 1e-12);
+        assert_eq!(yarn_mscale(1.0, 1.0), 1.0);
+        let y = Yarn {
+            factor: 32.0,
+            original_max_position_embeddings: 4096,
+            beta_fast: 1.0,
+            beta_slow: 1.0,
+            mscale: 1.0,
+            mscale_all_dim: 1.0,
+        };
+        // correction_dim(1) = 64 ln(4096 / 2pi) / (2 ln 50000) = 19.16 -> floor 19, ceil 20.
+        assert_eq!(correction_range(&y, 64, 50000.0), (19.0, 20.0));
+    }
+}
