@@ -1,0 +1,69 @@
+//! The launcher a `#[kernel]` signature expands to: same name, visibility and docs, a `&Kernels` first
+//! argument, the registration of its source, and one typed `arg` push per parameter.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use syn::Expr;
+
+use super::parse::{Kind, Options, Signature};
+use super::source::Loaded;
+
+/// How the launcher obtains its `LaunchConfig`.
+pub enum Launch<'a> {
+    Argument(&'a syn::Ident),
+    Dims { grid: &'a Expr, block: &'a Expr, shared: Option<&'a Expr> },
+}
+
+pub fn launcher(sig: &Signature, options: &Options, launch: Launch, source: &Loaded) -> TokenStream {
+    let name = sig.item.sig.ident.to_string();
+    let (origin, embed) = (&source.origin, &source.embed);
+    let params = options.params.iter().map(|(key, value)| {
+        let (key, value) = (key.to_string(), quote!(#value).to_string());
+        quote!((#key, #value))
+    });
+    let config = match launch {
+        Launch::Argument(ident) => quote!(#ident),
+        Launch::Dims { grid, block, shared } => {
+            let shared = shared.map_or(quote!(0), |s| quote!(#s));
+            quote!(::kdtree_jit::kernel::launch_config(#grid, #block, #shared))
+        }
+    };
+    let pushes = sig.args.iter().filter_map(|arg| {
+        let ident = &arg.ident;
+        match arg.kind {
+            Kind::Buffer { .. } => Some(quote!(launch.arg(#ident);)),
+            Kind::Scalar(_) => Some(quote!(launch.arg(&#ident);)),
+            Kind::Config => None,
+        }
+    });
+    let body = quote!({
+        const KERNEL: ::kdtree_jit::kernel::KernelDef = ::kdtree_jit::kernel::KernelDef {
+            name: #name,
+            path: ::core::concat!(::core::module_path!(), "::", #name),
+            origin: #origin,
+            source: #embed,
+            params: &[#(#params),*],
+        };
+        ::kdtree_jit::kernel::inventory::submit!(KERNEL);
+        let config: ::kdtree_jit::kernel::LaunchConfig = #config;
+        let mut launch = kernels.launcher(&KERNEL)?;
+        #(#pushes)*
+        // SAFETY: #[kernel] compared this argument list with the CUDA kernel's parameters at compile time;
+        // the caller of this `unsafe fn` vouches that the buffers are as long as the kernel indexes them.
+        unsafe { launch.launch(config) }?;
+        ::core::result::Result::Ok(())
+    });
+    signature_with(sig, body)
+}
+
+/// The launcher's signature around `body`; with an `unreachable!` body it keeps callers compiling while
+/// the macro reports an error.
+pub fn signature_with(sig: &Signature, body: TokenStream) -> TokenStream {
+    let (attrs, vis) = (&sig.item.attrs, &sig.item.vis);
+    let (ident, inputs) = (&sig.item.sig.ident, &sig.item.sig.inputs);
+    quote! {
+        #(#attrs)*
+        #[allow(clippy::too_many_arguments)]
+        #vis unsafe fn #ident(kernels: &::kdtree_jit::kernel::Kernels, #inputs) -> ::kdtree_jit::Result<()> #body
+    }
+}
