@@ -1,0 +1,52 @@
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use kdtree_engine::{Model, greedy_generate_timed};
+
+/// Greedy decoding from token ids: the prompt is prefilled in one forward pass, then one token per
+/// forward. Prints the new tokens and the speed, prefill and decode separately.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Model folder: config.json and safetensors shards.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Prompt token ids, comma-separated (e.g. 1,2,3).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub prompt_ids: Vec<u32>,
+    /// Most new tokens to generate.
+    #[arg(long, default_value_t = 64)]
+    pub max_new: usize,
+    /// Stop after generating this token id.
+    #[arg(long)]
+    pub stop: Option<u32>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
+    let model = Model::load(&args.model).with_context(|| format!("loading {}", args.model.display()))?;
+    let g = greedy_generate_timed(&model, &args.prompt_ids, args.max_new, args.stop)?;
+    let prefill_s = g.prefill.as_secs_f64();
+    let decode_s = g.decode.as_secs_f64();
+    // The first new token comes out of the prefill; every later one costs one decode forward.
+    let decoded = g.tokens.len().saturating_sub(1);
+    let prefill_tps = args.prompt_ids.len() as f64 / prefill_s.max(f64::MIN_POSITIVE);
+    let decode_tps = if decoded == 0 { 0.0 } else { decoded as f64 / decode_s.max(f64::MIN_POSITIVE) };
+    if args.json {
+        let out = serde_json::json!({
+            "model": args.model, "prompt": args.prompt_ids, "tokens": g.tokens, "backend": model.ops().backend().to_string(),
+            "prefill_s": prefill_s, "decode_s": decode_s,
+            "prefill_tokens_per_s": prefill_tps, "decode_tokens_per_s": decode_tps,
+        });
+        println!("{out}");
+    } else {
+        let ids: Vec<String> = g.tokens.iter().map(u32::to_string).collect();
+        println!("tokens: {}", ids.join(","));
+        println!("{:<8} {:>7} {:>11} {:>10}", "phase", "tokens", "seconds", "tokens/s");
+        println!("{:<8} {:>7} {:>11.6} {:>10.1}", "prefill", args.prompt_ids.len(), prefill_s, prefill_tps);
+        println!("{:<8} {:>7} {:>11.6} {:>10.1}", "decode", decoded, decode_s, decode_tps);
+    }
+    Ok(())
+}

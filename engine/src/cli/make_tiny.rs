@@ -1,0 +1,30 @@
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use kdtree_engine::tiny::{TinySpec, write_tiny_model};
+
+/// Write a tiny random model folder (Kimi K2 architecture, real file layout) for tests and demos.
+///
+/// Hidden size 64, 3 layers (the first dense, then MoE with 8 experts, top-2 of 2 groups), vocabulary
+/// 256, YaRN rope. Two shards plus model.safetensors.index.json. The same seed writes the same bytes.
+#[derive(Debug, Args)]
+pub struct MakeTinyArgs {
+    /// Folder to write (created if missing; existing files of the same names are replaced).
+    #[arg(long)]
+    out: PathBuf,
+    /// Store the routed experts INT4 (group 32) with Kimi K2's quantization_config; the rest stays bf16.
+    #[arg(long)]
+    int4: bool,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn run(args: MakeTinyArgs) -> anyhow::Result<()> {
+    let spec = TinySpec { seed: args.seed, int4_experts: args.int4, ..TinySpec::default() };
+    write_tiny_model(&args.out, &spec).with_context(|| format!("writing {}", args.out.display()))?;
+    let kind = if args.int4 { "INT4 routed experts, bf16 elsewhere" } else { "bf16" };
+    println!("wrote a tiny {kind} model (seed {}) to {}", args.seed, args.out.display());
+    Ok(())
+}

@@ -1,0 +1,33 @@
+//! The command line: one module per subcommand.
+
+mod generate;
+mod make_tiny;
+
+use clap::{Parser, Subcommand};
+
+/// Greedy (and speculative) decoding of DeepSeek-V3 / Kimi K2-architecture checkpoints.
+///
+/// Models are Hugging Face-style folders: config.json plus safetensors shards (optionally with
+/// model.safetensors.index.json); routed experts may be INT4 (compressed-tensors pack-quantized).
+/// Everything runs on the deterministic CPU reference backend.
+#[derive(Debug, Parser)]
+#[command(name = "kdtree-engine", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Generate(generate::GenerateArgs),
+    MakeTiny(make_tiny::MakeTinyArgs),
+}
+
+impl Cli {
+    pub fn run(self) -> anyhow::Result<()> {
+        match self.command {
+            Command::Generate(args) => generate::run(args),
+            Command::MakeTiny(args) => make_tiny::run(args),
+        }
+    }
+}
