@@ -52,6 +52,12 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 fn list(paths: &[PathBuf]) -> String {
-    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let shown: Vec<String> = paths
+        .iter()
+        .map(|p| match p.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => p.display().to_string(),
+            _ => format!("{} on the system loader path", p.display()),
+        })
+        .collect();
     if shown.is_empty() { "nothing".to_owned() } else { shown.join(", ") }
 }

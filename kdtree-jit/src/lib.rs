@@ -43,10 +43,13 @@ extern crate self as kdtree_jit;
 
 pub mod arch;
 pub mod error;
+pub mod probe;
+mod sys;
 pub mod variant;
 
 pub use arch::Arch;
 pub use error::{Error, Result};
+pub use probe::nvrtc_version;
 pub use kdtree_macros::variant_space;
 pub use variant::{AxisValue, Invalid, Target, Variant};
 
