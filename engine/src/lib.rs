@@ -17,6 +17,7 @@ pub mod mask;
 pub mod model;
 pub mod ops;
 pub mod registry;
+pub mod spec;
 pub mod tiny;
 
 pub use error::{EngineError, Result};

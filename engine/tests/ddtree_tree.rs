@@ -13,7 +13,8 @@ fn all_prefixes_sorted(full: &Draft) -> Vec<(f64, Vec<usize>, Vec<u32>)> {
         let mut next = Vec::new();
         for (score, ranks, tokens) in &frontier {
             for (rank, c) in full.at(depth).iter().enumerate() {
-                let item = (score + f64::from(c.log_prob), [&ranks[..], &[rank]].concat(), [&tokens[..], &[c.token]].concat());
+                let item =
+                    (score + f64::from(c.log_prob), [&ranks[..], &[rank]].concat(), [&tokens[..], &[c.token]].concat());
                 next.push(item);
             }
         }

@@ -2,6 +2,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use kdtree_engine::spec::SpecArgs;
 use kdtree_engine::{Model, greedy_generate_timed};
 
 /// Greedy decoding from token ids: the prompt is prefilled in one forward pass, then one token per
@@ -23,10 +24,17 @@ pub struct GenerateArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let model = Model::load(&args.model).with_context(|| format!("loading {}", args.model.display()))?;
+    if args.spec.spec.is_some() {
+        let c = args.spec.run(&model, &args.prompt_ids, args.max_new, args.stop)?;
+        println!("{}", if args.json { serde_json::to_string(&c)? } else { c.table() });
+        return Ok(());
+    }
     let g = greedy_generate_timed(&model, &args.prompt_ids, args.max_new, args.stop)?;
     let prefill_s = g.prefill.as_secs_f64();
     let decode_s = g.decode.as_secs_f64();

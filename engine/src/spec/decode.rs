@@ -9,7 +9,6 @@ use super::tree::DraftTree;
 use super::verify::verify;
 use crate::error::{EngineError, Result};
 use crate::model::Model;
-use crate::ops::cpu::argmax;
 
 /// The tree's shape limits: at most `budget` nodes (root excluded), at most `draft_len` deep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -28,9 +27,16 @@ pub struct Stats {
     /// Target forward passes, the prefill included.
     pub target_forwards: usize,
     pub generated: usize,
+    #[serde(serialize_with = "seconds")]
     pub elapsed: Duration,
     /// Of `elapsed`, the time spent in the drafter and the tree builder.
+    #[serde(serialize_with = "seconds")]
     pub draft_time: Duration,
+}
+
+/// Durations print as seconds in JSON.
+fn seconds<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
 }
 
 impl Stats {
@@ -61,7 +67,7 @@ fn mean(xs: &[usize]) -> f64 {
 }
 
 /// Greedy decoding of `target` sped up by draft trees: returns exactly what
-/// [`crate::model::greedy_generate`] returns for the same prompt, `max_new` and `stop`.
+/// [`crate::greedy_generate`] returns for the same prompt, `max_new` and `stop`.
 ///
 /// Each round the drafter proposes `draft_len` positions after the bonus token, the best `budget`
 /// prefixes form the tree, and one target forward verifies it; every round commits the accepted path
@@ -88,7 +94,7 @@ pub fn ddtree_generate(
     let positions: Vec<usize> = (0..prompt.len()).collect();
     let logits = target.forward(&mut cache, prompt, &positions, None)?;
     stats.target_forwards += 1;
-    let mut bonus = argmax(&logits[logits.len() - vocab..], vocab)[0];
+    let mut bonus = target.ops().argmax(&logits[logits.len() - vocab..], vocab)[0];
     let mut text = prompt.to_vec();
     while !push(&mut out, &[bonus], max_new, stop) {
         // No deeper than the tokens still wanted: the last of them can always come as a bonus.

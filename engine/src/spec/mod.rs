@@ -6,13 +6,14 @@
 //! | the best B prefixes under q(u) = Π q_i(u_i) form the tree | [`DraftTree::build`] |
 //! | one target forward over [bonus, tree] with the ancestor mask; greedy walk; KV compaction | [`verify`] |
 //! | rounds until `max_new`, with statistics | [`ddtree_generate`], [`Stats`] |
+//! | `generate --spec ddtree` beside plain greedy | [`SpecArgs`], [`Comparison`] |
 //!
 //! The output is exactly plain greedy decoding's: every committed token is the target's argmax after
 //! the committed text, and the CPU backend is batch-invariant, so the tree forward's logits at a node
 //! are bit for bit those of feeding its path one token at a time.
 //!
 //! ```no_run
-//! use kdtree_engine::model::Model;
+//! use kdtree_engine::Model;
 //! use kdtree_engine::spec::{LookupDrafter, TreeLimits, ddtree_generate};
 //!
 //! let target = Model::load("tiny-model".as_ref())?;
@@ -23,11 +24,13 @@
 //! # Ok::<(), kdtree_engine::EngineError>(())
 //! ```
 
+mod cli;
 mod decode;
 mod drafter;
 mod tree;
 mod verify;
 
+pub use cli::{Comparison, DrafterKind, SpecArgs, SpecMethod};
 pub use decode::{Stats, TreeLimits, ddtree_generate};
 pub use drafter::{BlockDrafter, Choice, Draft, Drafter, LookupDrafter, ModelDrafter};
 pub use tree::DraftTree;

@@ -3,7 +3,6 @@
 use super::tree::DraftTree;
 use crate::error::Result;
 use crate::model::{KvCache, Model};
-use crate::ops::cpu::argmax;
 
 /// What one verification round commits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,7 +22,7 @@ pub fn verify(target: &Model, cache: &mut KvCache, root: u32, tree: &DraftTree) 
     let tokens: Vec<u32> = std::iter::once(root).chain(tree.tokens.iter().copied()).collect();
     let positions: Vec<usize> = std::iter::once(start).chain(tree.depths.iter().map(|d| start + d)).collect();
     let logits = target.forward(cache, &tokens, &positions, Some(&tree.mask()))?;
-    let greedy = argmax(&logits, target.config.vocab_size);
+    let greedy = target.ops().argmax(&logits, target.config.vocab_size);
     let walk = greedy_walk(&tree.forward_parents(), &tokens, &greedy);
     cache.compact(start, &walk);
     let bonus = greedy[walk[walk.len() - 1]];

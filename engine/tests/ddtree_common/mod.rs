@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use kdtree_engine::Result;
-use kdtree_engine::{Model, greedy_generate};
 use kdtree_engine::spec::{Choice, Draft, Drafter, Stats, TreeLimits, ddtree_generate};
+use kdtree_engine::{Model, greedy_generate};
 
 /// How a scripted drafter treats the target's true greedy continuation (known in advance).
 #[derive(Clone, Copy, Debug)]
@@ -57,7 +57,7 @@ impl Scripted {
             Script::Random { .. } => {
                 let n = (self.next() % 5) as usize;
                 let mut tokens = others(n, self);
-                if let Some(t) = truth.filter(|_| self.next() % 2 == 0) {
+                if let Some(t) = truth.filter(|_| self.next() & 1 == 0) {
                     tokens.push(t);
                 }
                 tokens.into_iter().map(|token| Choice { token, log_prob: -((self.next() % 8) as f32) / 2.0 }).collect()

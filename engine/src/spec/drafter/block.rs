@@ -42,7 +42,7 @@ impl Drafter for BlockDrafter<'_> {
         let mut logits = self.session.extend(self.model, &block, Some(&TreeMask::full(len + 1)))?;
         self.session.truncate(context.len());
         let mut rows = logits.split_off(vocab);
-        log_softmax(&mut rows, vocab);
+        log_softmax(self.model, &mut rows, vocab);
         Draft::from_log_probs(&rows, vocab, top_k)
     }
 }

@@ -16,7 +16,7 @@ pub use lookup::LookupDrafter;
 pub use model::ModelDrafter;
 
 use crate::error::{EngineError, Result};
-use crate::ops::cpu::softmax;
+use crate::model::Model;
 
 /// Proposes distributions for the tokens that follow the committed context and the bonus token.
 pub trait Drafter {
@@ -65,7 +65,10 @@ impl Draft {
             list.retain(|c| c.log_prob.is_finite());
             list.sort_by(rank_order);
             if has_duplicates(&list) {
-                return Err(EngineError::InvalidArgument(format!("draft depth {}: a token is listed twice", depth + 1)));
+                return Err(EngineError::InvalidArgument(format!(
+                    "draft depth {}: a token is listed twice",
+                    depth + 1
+                )));
             }
             list.truncate(top_k);
             out.push(list);
@@ -118,9 +121,9 @@ fn top_k_of_row(row: &[f32], k: usize) -> Vec<Choice> {
     all
 }
 
-/// Natural-log softmax of logits rows `[rows, vocab]`, in place: the engine's softmax, then ln.
-fn log_softmax(logits: &mut [f32], vocab: usize) {
-    softmax(logits, vocab);
+/// Natural-log softmax of logits rows `[rows, vocab]`, in place: the model's softmax op, then ln.
+fn log_softmax(model: &Model, logits: &mut [f32], vocab: usize) {
+    model.ops().softmax(logits, vocab);
     logits.iter_mut().for_each(|p| *p = p.ln());
 }
 

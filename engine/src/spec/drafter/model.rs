@@ -4,7 +4,6 @@ use super::{Draft, Drafter, log_softmax};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::model::{KvCache, Model};
-use crate::ops::cpu::argmax;
 
 /// Runs its own model greedily from the bonus token for L steps and returns its softmax at each step.
 /// It keeps its own KV cache across rounds and re-runs only what changed since the last call (the
@@ -29,8 +28,8 @@ impl Drafter for ModelDrafter<'_> {
         let mut text: Vec<u32> = context.iter().copied().chain([bonus]).collect();
         for _ in 0..len {
             let mut last = self.session.advance(self.model, &text)?;
-            let next = argmax(&last, vocab)[0];
-            log_softmax(&mut last, vocab);
+            let next = self.model.ops().argmax(&last, vocab)[0];
+            log_softmax(self.model, &mut last, vocab);
             rows.extend(last);
             text.push(next);
         }

@@ -1,0 +1,130 @@
+//! `generate --spec ddtree`: the options, and a run of DDTree next to plain greedy for comparison.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::{BlockDrafter, Drafter, LookupDrafter, ModelDrafter, Stats, TreeLimits, ddtree_generate};
+use crate::error::Result;
+use crate::generate::greedy_generate;
+use crate::model::Model;
+
+/// Options of speculative decoding, flattened into `generate`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SpecArgs {
+    /// Speculative decoding method. `ddtree`: draft trees verified in one target forward each; the
+    /// output is identical to greedy decoding, which also runs, for comparison.
+    #[arg(long, value_enum)]
+    pub spec: Option<SpecMethod>,
+    /// Tree node budget B (the root, i.e. the target's last greedy token, not counted).
+    #[arg(long, default_value_t = 32)]
+    pub budget: usize,
+    /// Draft length L: how many positions the drafter proposes, the tree's maximum depth.
+    #[arg(long, default_value_t = 8)]
+    pub draft_len: usize,
+    /// Who proposes: `lookup` (n-gram prompt lookup, no weights), `model` (a draft model run greedily L
+    /// steps), `block` (one non-causal pass of a model over [bonus, MASK x L]).
+    #[arg(long, value_enum, default_value_t = DrafterKind::Lookup)]
+    pub drafter: DrafterKind,
+    /// Model folder of the draft model for `--drafter model|block`; default: the target itself.
+    #[arg(long)]
+    pub draft_model: Option<PathBuf>,
+    /// The block drafter's MASK token id; default: the last id of the vocabulary.
+    #[arg(long)]
+    pub mask_token: Option<u32>,
+    /// The lookup drafter's longest n-gram.
+    #[arg(long, default_value_t = 3)]
+    pub ngram: usize,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpecMethod {
+    Ddtree,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DrafterKind {
+    Lookup,
+    Model,
+    Block,
+}
+
+/// DDTree and plain greedy decoding of the same prompt, measured in the same run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    pub drafter: DrafterKind,
+    pub limits: TreeLimits,
+    pub tokens: Vec<u32>,
+    /// Whether DDTree's tokens equal greedy decoding's (they must).
+    pub identical: bool,
+    pub rounds: usize,
+    pub tau: f64,
+    pub forwards_per_token: f64,
+    pub mean_tree_size: f64,
+    pub tokens_per_second: f64,
+    pub greedy_tokens_per_second: f64,
+    pub stats: Stats,
+}
+
+impl SpecArgs {
+    /// Runs DDTree with the chosen drafter, then plain greedy decoding, and compares.
+    pub fn run(&self, target: &Model, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Comparison> {
+        let draft_model = self.draft_model.as_deref().map(Model::load).transpose()?;
+        let draft_model = draft_model.as_ref().unwrap_or(target);
+        let vocab = target.config.vocab_size;
+        let mut drafter: Box<dyn Drafter + '_> = match self.drafter {
+            DrafterKind::Lookup => Box::new(LookupDrafter::new(self.ngram, vocab)),
+            DrafterKind::Model => Box::new(ModelDrafter::new(draft_model, vocab)?),
+            DrafterKind::Block => Box::new(BlockDrafter::new(draft_model, vocab, self.mask_token)?),
+        };
+        let limits = TreeLimits { budget: self.budget, draft_len: self.draft_len };
+        let (tokens, stats) = ddtree_generate(target, drafter.as_mut(), prompt, max_new, limits, stop)?;
+        let started = Instant::now();
+        let greedy = greedy_generate(target, prompt, max_new, stop)?;
+        let greedy_time = started.elapsed();
+        Ok(Comparison {
+            drafter: self.drafter,
+            limits,
+            identical: tokens == greedy,
+            rounds: stats.rounds(),
+            tau: stats.tau(),
+            forwards_per_token: stats.forwards_per_token(),
+            mean_tree_size: stats.mean_tree_size(),
+            tokens_per_second: stats.tokens_per_second(),
+            greedy_tokens_per_second: greedy.len() as f64 / greedy_time.max(Duration::from_nanos(1)).as_secs_f64(),
+            tokens,
+            stats,
+        })
+    }
+}
+
+impl Comparison {
+    /// A table for humans: the tokens, then DDTree's figures beside greedy decoding's.
+    pub fn table(&self) -> String {
+        let tokens: Vec<String> = self.tokens.iter().map(u32::to_string).collect();
+        let (b, l) = (self.limits.budget, self.limits.draft_len);
+        let drafter = format!("{:?}", self.drafter).to_lowercase();
+        let rows = [
+            ("tokens", self.tokens.len().to_string(), self.tokens.len().to_string()),
+            (
+                "rounds (target forwards after prefill)",
+                self.rounds.to_string(),
+                self.tokens.len().saturating_sub(1).to_string(),
+            ),
+            ("tau: accepted per round, root counted", format!("{:.3}", self.tau), "1.000".into()),
+            ("target forwards per token", format!("{:.3}", self.forwards_per_token), "1.000".into()),
+            ("mean tree size (root excluded)", format!("{:.1}", self.mean_tree_size), "0".into()),
+            ("tokens/s", format!("{:.1}", self.tokens_per_second), format!("{:.1}", self.greedy_tokens_per_second)),
+        ];
+        let mut out = format!("tokens: {}\n\n", tokens.join(","));
+        out += &format!("{:<40} {:>14} {:>10}\n", format!("ddtree B={b} L={l} drafter={drafter}"), "ddtree", "greedy");
+        for (name, ours, greedy) in rows {
+            out += &format!("{name:<40} {ours:>14} {greedy:>10}\n");
+        }
+        out += &format!("identical to greedy: {}\n", if self.identical { "yes" } else { "NO" });
+        out
+    }
+}
