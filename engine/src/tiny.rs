@@ -39,6 +39,8 @@ pub struct TinySpec {
     pub max_position_embeddings: usize,
     /// YaRN factor 4 over an original context of `max_position_embeddings / 4`.
     pub yarn: bool,
+    /// DeepSeek-V3's adjacent-pair rotary layout; `false` writes `rope_interleave: false`.
+    pub rope_interleave: bool,
 }
 
 impl Default for TinySpec {
@@ -65,6 +67,7 @@ impl Default for TinySpec {
             first_k_dense_replace: 1,
             max_position_embeddings: 512,
             yarn: true,
+            rope_interleave: true,
         }
     }
 }
@@ -98,7 +101,7 @@ impl TinySpec {
             "scoring_func": "sigmoid",
             "topk_method": "noaux_tc",
             "rope_theta": 50000.0,
-            "rope_interleave": true,
+            "rope_interleave": self.rope_interleave,
             "rms_norm_eps": 1e-6,
             "max_position_embeddings": self.max_position_embeddings,
             "tie_word_embeddings": false,

@@ -9,6 +9,10 @@ use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 struct Fixture {
     seed: u64,
     int4: bool,
+    #[serde(default)]
+    q_proj: bool,
+    #[serde(default)]
+    rope_half_split: bool,
     prompt: Vec<u32>,
     logits: Vec<Vec<f64>>,
 }
@@ -16,7 +20,14 @@ struct Fixture {
 fn check(json: &str) {
     let f: Fixture = serde_json::from_str(json).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_model(dir.path(), &TinySpec { seed: f.seed, int4_experts: f.int4, ..TinySpec::default() }).unwrap();
+    let spec = TinySpec {
+        seed: f.seed,
+        int4_experts: f.int4,
+        q_lora_rank: if f.q_proj { None } else { TinySpec::default().q_lora_rank },
+        rope_interleave: !f.rope_half_split,
+        ..TinySpec::default()
+    };
+    write_tiny_model(dir.path(), &spec).unwrap();
     let model = Model::load(dir.path()).unwrap();
     let positions: Vec<usize> = (0..f.prompt.len()).collect();
     let ours = model.forward(&mut model.new_cache(), &f.prompt, &positions, None).unwrap();
@@ -42,4 +53,9 @@ fn bf16_model_matches_the_numpy_reference() {
 #[test]
 fn int4_model_matches_the_numpy_reference() {
     check(include_str!("fixtures/numpy_reference_int4.json"));
+}
+
+#[test]
+fn q_proj_and_half_split_rope_model_matches_the_numpy_reference() {
+    check(include_str!("fixtures/numpy_reference_qproj_halfsplit.json"));
 }

@@ -16,13 +16,26 @@ pub struct MakeTinyArgs {
     /// Store the routed experts INT4 (group 32) with Kimi K2's quantization_config; the rest stays bf16.
     #[arg(long)]
     int4: bool,
+    /// One `q_proj` per layer instead of the low-rank `q_a_proj`/`q_b_proj` pair (`q_lora_rank: null`).
+    #[arg(long)]
+    q_proj: bool,
+    /// Rotate half-split pairs (`rope_interleave: false`) instead of DeepSeek-V3's adjacent pairs.
+    #[arg(long)]
+    rope_half_split: bool,
     /// Seed of the random weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
 }
 
 pub fn run(args: MakeTinyArgs) -> anyhow::Result<()> {
-    let spec = TinySpec { seed: args.seed, int4_experts: args.int4, ..TinySpec::default() };
+    let defaults = TinySpec::default();
+    let spec = TinySpec {
+        seed: args.seed,
+        int4_experts: args.int4,
+        q_lora_rank: if args.q_proj { None } else { defaults.q_lora_rank },
+        rope_interleave: !args.rope_half_split,
+        ..defaults
+    };
     write_tiny_model(&args.out, &spec).with_context(|| format!("writing {}", args.out.display()))?;
     let kind = if args.int4 { "INT4 routed experts, bf16 elsewhere" } else { "bf16" };
     println!("wrote a tiny {kind} model (seed {}) to {}", args.seed, args.out.display());

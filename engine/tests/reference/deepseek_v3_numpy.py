@@ -136,8 +136,9 @@ def attention(c, w, p, x, cos, sin):
     kv = (rmsnorm(k_pass, w[p + ".kv_a_layernorm.weight"], eps) @ w[p + ".kv_b_proj.weight"].T)
     kv = kv.reshape(s, heads, nope + vd).transpose(1, 0, 2)
     k_pass, v = kv[..., :nope], kv[..., nope:]
-    q_rot = rope_interleave(q_rot, cos, sin)
-    k_rot = np.broadcast_to(rope_interleave(k_rot[None], cos, sin), (heads, s, rope))
+    rotate = rope_interleave if c.get("rope_interleave", True) else (lambda x, cos, sin: x * cos + rotate_half(x) * sin)
+    q_rot = rotate(q_rot, cos, sin)
+    k_rot = np.broadcast_to(rotate(k_rot[None], cos, sin), (heads, s, rope))
     query = np.concatenate([q_pass, q_rot], -1)
     key = np.concatenate([k_pass, k_rot], -1)
     scaling = (nope + rope) ** -0.5
