@@ -10,6 +10,27 @@
 //! | the model, its config and KV cache | [`Model`], [`Config`], [`KvCache`] |
 //! | greedy decoding | [`greedy_generate`] |
 //! | tiny random checkpoints for tests and demos | [`tiny`] |
+//!
+//! ```
+//! use kdtree_engine::tiny::{TinySpec, write_tiny_model};
+//! use kdtree_engine::{Model, TreeMask, greedy_generate};
+//!
+//! let dir = tempfile::tempdir()?;
+//! write_tiny_model(dir.path(), &TinySpec { int4_experts: true, ..TinySpec::default() })?;
+//! let model = Model::load(dir.path())?;
+//! let tokens = greedy_generate(&model, &[1, 2, 3], 8, None)?;
+//! assert_eq!(tokens.len(), 8);
+//!
+//! // A tree forward: after the prompt, node 0 with children 1 and 2, each at its depth's position.
+//! let mut cache = model.new_cache();
+//! model.forward(&mut cache, &[1, 2, 3], &[0, 1, 2], None)?;
+//! let mask = TreeMask::from_parents(&[None, Some(0), Some(0)]);
+//! let logits = model.forward(&mut cache, &[4, 5, 6], &[3, 4, 4], Some(&mask))?;
+//! assert_eq!(logits.len(), 3 * model.config.vocab_size);
+//! cache.compact(3, &[0, 2]); // keep the path 0 -> 2
+//! assert_eq!(cache.len(), 5);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod error;
 pub mod generate;

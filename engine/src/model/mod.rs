@@ -1,5 +1,19 @@
 //! The DeepSeek-V3 architecture as Kimi K2 uses it, loaded from a Hugging Face-style folder
 //! (`config.json`, safetensors shards, optionally `model.safetensors.index.json`).
+//!
+//! What checks it (tests under `engine/tests/`):
+//!
+//! | part | reference |
+//! |---|---|
+//! | whole forward: MLA (q_lora and q_proj), interleaved and half-split rope, YaRN and its mscale², dense MLP, MoE with shared experts, INT4 unpacking | a NumPy float64 transcription of transformers' `modeling_deepseek_v3.py` (`reference.rs`, agreement 5e-7 of the logits' scale) |
+//! | routing, ties included | a scalar re-implementation of the `noaux_tc` router (`routing.rs`) |
+//! | INT4 experts | the same checkpoint with dequantized f32 weights, bitwise (`int4.rs`) |
+//! | KV cache, tree masks, compaction | one-token forwards, bitwise (`model.rs`) |
+//!
+//! Not supported yet: FP8 (block-quantized) checkpoints such as DeepSeek-V3's own release, softmax
+//! scoring and the older `greedy`/`group_limited_greedy` routers, rope scaling other than YaRN,
+//! INT4 weights whose three tensors sit in different shards, and memory-mapped loading (every
+//! shard is read into memory and dense weights are widened to f32).
 
 mod attention;
 mod cache;
