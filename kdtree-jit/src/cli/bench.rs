@@ -1,0 +1,61 @@
+//! `kdtree-jit bench`: measures again what the tuning DB holds for this GPU, without retuning.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, bail};
+
+use kdtree_jit::tune::db::{Entry, TuningDb};
+use kdtree_jit::tune::report::Row;
+use kdtree_jit::tune::session::Session;
+use kdtree_jit::w4a16::W4a16;
+use kdtree_jit::{Cache, Gpu, Variant};
+
+use super::tune::{Output, bar, stale_rows};
+
+/// Re-measure the tuning DB's winners for this GPU (gate, time, cuBLAS, copy bandwidth) and print
+/// them as `tune` does. Entries measured elsewhere are listed as stale and skipped.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub out: Output,
+}
+
+pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    let gpu = Gpu::open(args.out.gpu).context("`bench` measures on a GPU")?;
+    let mut session = Session::open(&gpu)?;
+    let db_path = args.out.db_path();
+    let mut db = TuningDb::open(&db_path)?;
+    let stale = stale_rows(&db, &session, &db_path);
+    let (fresh, _) = db.partition(&session.env);
+    if fresh.is_empty() {
+        bail!("{} holds no entry for this GPU and software: run `kdtree-jit tune` first", db_path.display());
+    }
+    let fresh: Vec<Entry> = fresh.into_iter().cloned().collect();
+    let mut by_problem: BTreeMap<_, Vec<&Entry>> = BTreeMap::new();
+    for e in &fresh {
+        by_problem.entry((e.key.shape(), e.key.group_size, e.key.dtype)).or_default().push(e);
+    }
+
+    let variants: Vec<W4a16> = fresh.iter().filter_map(|e| W4a16::from_name(&e.variant)).collect();
+    let cache = Cache::open(&Cache::default_dir())?;
+    let compiling = bar(variants.len() as u64, "compile");
+    let kernels = session.compile(&variants, &mut db, Some(&cache), true, |done| compiling.set_position(done as u64))?;
+    compiling.finish_and_clear();
+
+    let mut rows = Vec::new();
+    let measuring = bar(fresh.len() as u64, "bench");
+    for entries in by_problem.values() {
+        for tuned in session.bench_shape(entries, &kernels)? {
+            measuring.inc(1);
+            match tuned.entry {
+                Some(entry) => rows.push(Row::from_entry(&entry)),
+                None => measuring.suspend(|| {
+                    let why: Vec<&str> = tuned.rejected.iter().map(|r| r.reason.as_str()).collect();
+                    eprintln!("{} M={}: the DB's variant failed: {}", tuned.key.shape(), tuned.key.m_bucket, why.join("; "))
+                }),
+            }
+        }
+    }
+    measuring.finish_and_clear();
+    args.out.emit(&session, rows, stale)
+}

@@ -1,0 +1,180 @@
+//! `kdtree-jit tune`: the fastest correct W4A16 variant per shape and M on this GPU, into the tuning DB.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use kdtree_quant::Dtype;
+
+use kdtree_jit::tune::db::{self, TuningDb};
+use kdtree_jit::tune::key::{self, M_BUCKETS, Shape};
+use kdtree_jit::tune::prune::{self, Scope};
+use kdtree_jit::tune::report::{self, Report, Row, StaleRow};
+use kdtree_jit::tune::search::SearchConfig;
+use kdtree_jit::tune::session::Session;
+use kdtree_jit::w4a16::W4a16;
+use kdtree_jit::{Cache, Gpu, Target, Variant};
+
+const HOW: &str = "\
+How it works: for each shape and M, every variant left after pruning runs once on random data and is
+compared with the CPU reference; a wrong one is reported with its error and never chosen. The correct
+ones are timed with CUDA events, the L2 flushed (a 256 MiB write) before every rep: a 15-rep screen
+that gives up on any variant 1.5x slower than the best so far, then 100 reps of the 4 fastest; the
+median and the p10..p90 spread are reported. cuBLAS bf16 and f16 GEMM on the dequantized weight and
+the device's copy bandwidth are measured in the same run.
+
+Pruning, per shape and M: only the requested dtype and group size; only what the device's arch
+accepts and what can compute the shape (gemv only up to its rows); no block with many more rows than
+M (mma tiles above max(16, M), gemv blocks above M, M rounded up to a power of two); no split-K once
+the grid alone is four waves of the SMs deep; no variant whose compilation failed before with the
+same arch, NVRTC and templates (--retry-failed tries again). For the Kimi K2 preset on an H200 this
+leaves 4 to 12 of the 18 bf16 group-32 variants per (shape, M); the whole preset takes minutes.";
+
+/// Tune W4A16 GEMM variants on this GPU and store the winners in the tuning DB.
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = HOW)]
+pub struct TuneArgs {
+    /// A model's decode GEMMs. kimi-k2: N x K = 4096x7168 (expert gate+up), 7168x2048 (expert down),
+    /// 18432x7168 and 7168x18432 (dense MLP), group 32, bf16, M = 1, 2, 4, ..., 128.
+    #[arg(long, required_unless_present = "shape", conflicts_with = "shape")]
+    pub preset: Option<String>,
+    /// A weight's N,K (repeat for several shapes).
+    #[arg(long)]
+    pub shape: Vec<Shape>,
+    /// The M values (rows of X) to tune, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = M_BUCKETS)]
+    pub m: Vec<u32>,
+    /// K elements per scale: 32, 64 or 128.
+    #[arg(long, default_value_t = 32)]
+    pub group: u32,
+    /// Activation (and scale) dtype: bf16 or f16.
+    #[arg(long, default_value_t = Dtype::Bf16)]
+    pub dtype: Dtype,
+    #[command(flatten)]
+    pub out: Output,
+    /// Compile variants again even where the DB records that NVRTC refused them.
+    #[arg(long)]
+    pub retry_failed: bool,
+}
+
+/// Where results go; shared with `bench`.
+#[derive(Debug, clap::Args)]
+pub struct Output {
+    /// The tuning DB. Default: the user's cache directory, kdtree/tuning.json.
+    #[arg(long, env = db::ENV_VAR)]
+    pub db: Option<PathBuf>,
+    /// Print the results as JSON on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw time against M per shape (best variant, cuBLAS bf16, bandwidth floor) into this SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// The GPU to use, by CUDA ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub gpu: usize,
+}
+
+impl Output {
+    pub fn db_path(&self) -> PathBuf {
+        self.db.clone().unwrap_or_else(TuningDb::default_path)
+    }
+
+    /// The table or the JSON on stdout, and the plot if asked for.
+    pub fn emit(&self, session: &Session<'_>, rows: Vec<Row>, stale: Vec<StaleRow>) -> anyhow::Result<()> {
+        if let Some(path) = &self.plot {
+            kdtree_jit::tune::plot::write_svg(path, &rows)?;
+        }
+        if self.json {
+            let report = Report { device: session.env.device.clone(), copy_gbps: session.copy_gbps, rows, stale };
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            println!("{} ({} SMs), copy bandwidth {:.0} GB/s", session.env.device, session.sms, session.copy_gbps);
+            report::write_table(&mut std::io::stdout().lock(), &rows)?;
+        }
+        Ok(())
+    }
+}
+
+pub fn bar(len: u64, what: &str) -> ProgressBar {
+    let style = ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {elapsed}").expect("a valid template");
+    ProgressBar::new(len).with_style(style.progress_chars("=> ")).with_message(what.to_owned())
+}
+
+pub fn run(args: &TuneArgs) -> anyhow::Result<()> {
+    let (shapes, group, dtype, ms) = match &args.preset {
+        Some(name) => {
+            let p = key::preset(name).with_context(|| format!("unknown preset `{name}`: the presets are kimi-k2"))?;
+            (p.shapes.iter().map(|(s, _)| *s).collect(), p.group_size, p.dtype, p.ms.to_vec())
+        }
+        None => (args.shape.clone(), args.group, args.dtype, args.m.clone()),
+    };
+    let gpu = Gpu::open(args.out.gpu).context("`tune` measures on a GPU")?;
+    let mut session = Session::open(&gpu)?;
+    let db_path = args.out.db_path();
+    let mut db = TuningDb::open(&db_path)?;
+
+    let valid = W4a16::valid(&Target { arch: gpu.arch });
+    let plan: Vec<(Shape, Vec<(u32, Vec<W4a16>)>)> = shapes
+        .iter()
+        .map(|&shape| {
+            let per_m = ms.iter().map(|&m| {
+                let scope = Scope { m, shape, group_size: group, dtype, sms: session.sms };
+                (m, prune::prune(&valid, &scope))
+            });
+            (shape, per_m.collect())
+        })
+        .collect();
+    let mut all: Vec<W4a16> = plan.iter().flat_map(|(_, w)| w.iter().flat_map(|(_, vs)| vs.iter().copied())).collect();
+    all.sort_by_key(|v| v.name());
+    all.dedup();
+
+    let cache = Cache::open(&Cache::default_dir())?;
+    let compiling = bar(all.len() as u64, "compile");
+    let kernels = session.compile(&all, &mut db, Some(&cache), args.retry_failed, |done| compiling.set_position(done as u64))?;
+    compiling.finish_and_clear();
+    db.save(&db_path)?;
+    let refused = all.iter().filter(|v| !kernels.contains_key(&v.name())).count();
+    if refused > 0 {
+        eprintln!("{refused} variants did not compile (logs in {}); the others are tuned", db_path.display());
+    }
+
+    let total = plan.iter().flat_map(|(_, w)| w.iter().map(|(_, vs)| vs.len() as u64)).sum();
+    let tuning = bar(total, "tune");
+    let mut rows = Vec::new();
+    let mut failed = Vec::new();
+    for (shape, work) in &plan {
+        for tuned in session.tune_shape((*shape, group, dtype), work, &kernels, &SearchConfig::default(), || tuning.inc(1))? {
+            for r in &tuned.rejected {
+                tuning.suspend(|| eprintln!("{shape} M={}: {} rejected: {}", tuned.key.m_bucket, r.variant, r.reason));
+            }
+            match tuned.entry {
+                Some(entry) => {
+                    rows.push(Row::from_entry(&entry));
+                    db.insert(entry);
+                }
+                None => failed.push(format!("{shape} M={}", tuned.key.m_bucket)),
+            }
+        }
+        db.save(&db_path)?;
+    }
+    tuning.finish_and_clear();
+    let stale = stale_rows(&db, &session, &db_path);
+    args.out.emit(&session, rows, stale)?;
+    if !failed.is_empty() {
+        bail!("no correct variant for {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// The DB's entries from other environments, also said on stderr: they are kept but never used here.
+pub fn stale_rows(db: &TuningDb, session: &Session<'_>, path: &Path) -> Vec<StaleRow> {
+    let (_, stale) = db.partition(&session.env);
+    let rows: Vec<StaleRow> = stale.iter().map(StaleRow::from_stale).collect();
+    if !rows.is_empty() {
+        eprintln!("{} entries of {} are stale here and not used:", rows.len(), path.display());
+        for r in &rows {
+            eprintln!("  {} M={} {}: {}", r.shape, r.m_bucket, r.variant, r.differences.join("; "));
+        }
+    }
+    rows
+}

@@ -1,0 +1,202 @@
+//! The tuning DB: one JSON file of measured winners, keyed by problem and environment.
+//!
+//! Lookups never return an entry measured in another environment (device, driver, NVRTC,
+//! templates): such entries come back as [`Stale`], so a caller can say why it is not using them.
+//! A missing M bucket falls back to the nearest tuned one of the same problem.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::bench::Timing;
+use super::env::{Difference, Environment};
+use super::error::{Result, TuneError};
+use super::key::ProblemKey;
+use super::peers::Peers;
+use super::search::Rejection;
+use crate::arch::Arch;
+
+/// The file format's version; a file of another version is refused, not guessed at.
+pub const FORMAT: u32 = 1;
+
+/// The environment variable that overrides the default path (`--db` overrides both).
+pub const ENV_VAR: &str = "KDTREE_TUNING_DB";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TuningDb {
+    pub format: u32,
+    pub entries: Vec<Entry>,
+    /// Variants NVRTC refused: not compiled again for the same arch, NVRTC and templates.
+    pub compile_failures: Vec<CompileFailure>,
+}
+
+/// The fastest correct variant of one problem in one environment, with what it was measured against.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub key: ProblemKey,
+    pub env: Environment,
+    pub variant: String,
+    /// The M it was timed at (the bucket's value).
+    pub m: u32,
+    pub timing: Timing,
+    /// Its error at the correctness gate, in the gate's measure.
+    pub error: f64,
+    pub peers: Peers,
+    /// Bytes one run must move: int4 weights, scales, activations and output.
+    pub bytes: u64,
+    /// How many candidates passed the gate and were timed.
+    pub timed: u32,
+    /// Candidates that ran but were wrong or failed, with the reason.
+    pub rejected: Vec<Rejection>,
+    pub tuned_at_unix: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompileFailure {
+    pub variant: String,
+    pub arch: Arch,
+    pub nvrtc: (i32, i32),
+    pub templates: String,
+    pub log: String,
+}
+
+/// How a hit matched the asked key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Match {
+    Exact,
+    /// No entry for the asked bucket: the nearest tuned bucket of the same problem.
+    NearestM { bucket: u32 },
+}
+
+#[derive(Clone, Debug)]
+pub struct Hit<'a> {
+    pub entry: &'a Entry,
+    pub matched: Match,
+}
+
+/// An entry of the asked problem measured elsewhere, and how its environment differs.
+#[derive(Clone, Debug)]
+pub struct Stale<'a> {
+    pub entry: &'a Entry,
+    pub differences: Vec<Difference>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Lookup<'a> {
+    pub hit: Option<Hit<'a>>,
+    pub stale: Vec<Stale<'a>>,
+}
+
+impl Default for TuningDb {
+    fn default() -> Self {
+        TuningDb { format: FORMAT, entries: Vec::new(), compile_failures: Vec::new() }
+    }
+}
+
+impl TuningDb {
+    /// `$KDTREE_TUNING_DB`, else `<user cache dir>/kdtree/tuning.json`.
+    pub fn default_path() -> PathBuf {
+        match std::env::var_os(ENV_VAR) {
+            Some(path) => PathBuf::from(path),
+            None => dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("kdtree").join("tuning.json"),
+        }
+    }
+
+    /// Reads the DB at `path`; a missing file is an empty DB. A file that does not parse is an
+    /// error naming the file and the place, and is not touched.
+    pub fn open(path: &Path) -> Result<TuningDb> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(TuningDb::default()),
+            Err(source) => return Err(TuneError::DbIo { path: path.into(), source }),
+        };
+        let corrupt = |message: String| TuneError::CorruptDb { path: path.into(), message };
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| corrupt(format!("not JSON ({e})")))?;
+        match value.get("format").and_then(|f| f.as_u64()) {
+            Some(f) if f == FORMAT as u64 => {}
+            Some(f) => return Err(corrupt(format!("format version {f}, this build reads version {FORMAT}"))),
+            None => return Err(corrupt("no format version: not a kdtree tuning DB".into())),
+        }
+        serde_json::from_value(value).map_err(|e| corrupt(format!("unexpected content ({e})")))
+    }
+
+    /// Writes the DB to `path` through a temporary file and a rename, so a crash never leaves half a file.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let io = |source| TuneError::DbIo { path: path.into(), source };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let text = serde_json::to_string_pretty(self).map_err(|e| io(std::io::Error::other(e)))?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text + "\n").map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// Adds `entry`, replacing the entry of the same key measured on the same kind of device.
+    pub fn insert(&mut self, entry: Entry) {
+        let same_device = |a: &Environment, b: &Environment| (&a.device, a.compute_capability) == (&b.device, b.compute_capability);
+        self.entries.retain(|e| !(e.key == entry.key && same_device(&e.env, &entry.env)));
+        self.entries.push(entry);
+        self.entries.sort_by(|a, b| a.key.cmp(&b.key));
+    }
+
+    /// The best fresh entry for `key`: its own bucket, else the nearest tuned bucket.
+    pub fn best_variant(&self, key: &ProblemKey, env: &Environment) -> Option<&Entry> {
+        self.lookup(key, env, |_| true).hit.map(|hit| hit.entry)
+    }
+
+    /// [`best_variant`](Self::best_variant) that also reports the stale entries of the problem, and
+    /// takes only entries that `usable` accepts (e.g. variants that support the actual M).
+    pub fn lookup(&self, key: &ProblemKey, env: &Environment, usable: impl Fn(&Entry) -> bool) -> Lookup<'_> {
+        let mut fresh = Vec::new();
+        let mut stale = Vec::new();
+        for entry in self.entries.iter().filter(|e| key.same_but_m(&e.key)) {
+            let differences = entry.env.differences(env);
+            if !differences.is_empty() {
+                stale.push(Stale { entry, differences });
+            } else if usable(entry) {
+                fresh.push(entry);
+            }
+        }
+        // Nearest in log2(M); on a tie the larger bucket, whose tiles also cover the smaller M.
+        let distance = |e: &Entry| (e.key.m_bucket.ilog2().abs_diff(key.m_bucket.ilog2()), std::cmp::Reverse(e.key.m_bucket));
+        let hit = fresh.into_iter().min_by_key(|e| distance(e)).map(|entry| Hit {
+            entry,
+            matched: if entry.key.m_bucket == key.m_bucket {
+                Match::Exact
+            } else {
+                Match::NearestM { bucket: entry.key.m_bucket }
+            },
+        });
+        Lookup { hit, stale }
+    }
+
+    /// The entries measured in `env`, and the others (stale here) with their differences.
+    pub fn partition(&self, env: &Environment) -> (Vec<&Entry>, Vec<Stale<'_>>) {
+        let mut fresh = Vec::new();
+        let mut stale = Vec::new();
+        for entry in &self.entries {
+            let differences = entry.env.differences(env);
+            if differences.is_empty() { fresh.push(entry) } else { stale.push(Stale { entry, differences }) }
+        }
+        (fresh, stale)
+    }
+
+    pub fn record_compile_failure(&mut self, failure: CompileFailure) {
+        self.compile_failures.retain(|f| !f.same_build(&failure));
+        self.compile_failures.push(failure);
+    }
+
+    /// A recorded failure of `variant` for the same arch, NVRTC and templates, if any.
+    pub fn compile_failure(&self, variant: &str, arch: Arch, env: &Environment) -> Option<&CompileFailure> {
+        self.compile_failures.iter().find(|f| {
+            f.variant == variant && f.arch == arch && f.nvrtc == env.nvrtc && f.templates == env.templates
+        })
+    }
+}
+
+impl CompileFailure {
+    fn same_build(&self, other: &CompileFailure) -> bool {
+        (&self.variant, self.arch, self.nvrtc, &self.templates) == (&other.variant, other.arch, other.nvrtc, &other.templates)
+    }
+}

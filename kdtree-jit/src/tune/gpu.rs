@@ -1,0 +1,91 @@
+//! The W4A16 candidates on the GPU: one shape's device buffers, and the [`Runner`] that gates and
+//! times variants on them. All variants read one weight layout ([`w4a16::layout`]), so the weight
+//! is repacked and uploaded once per shape.
+
+use std::collections::HashMap;
+
+use cudarc::driver::{CudaFunction, CudaSlice};
+
+use super::error::{Result, TuneError};
+use super::problem::{Flusher, Problem, from_bits};
+use super::search::Runner;
+use crate::Gpu;
+use crate::w4a16::{self, GemmBuffers, W4a16, check};
+
+/// One shape's inputs and outputs on the device, sized for the problem's largest M.
+pub struct ShapeBuffers {
+    x: CudaSlice<u16>,
+    packed: CudaSlice<u32>,
+    scales: CudaSlice<u16>,
+    y: CudaSlice<u16>,
+    workspace: CudaSlice<f32>,
+}
+
+impl ShapeBuffers {
+    /// Uploads `problem` in the layout of `variants` (all of which must be for its group size and dtype).
+    pub fn upload(gpu: &Gpu, problem: &Problem, variants: &[W4a16]) -> Result<ShapeBuffers> {
+        let (n, m_max) = (problem.weight.n, problem.m_max);
+        let first = variants.first().ok_or_else(|| TuneError::Problem(format!("no variant for {}", problem.shape)))?;
+        let repacked = w4a16::repack(first, &problem.weight)?;
+        let workspace_len = variants.iter().map(|v| w4a16::workspace_len(v, m_max, n)).max().unwrap_or(0);
+        let s = &gpu.stream;
+        Ok(ShapeBuffers {
+            x: s.clone_htod(&problem.x)?,
+            packed: s.clone_htod(&repacked.packed)?,
+            scales: s.clone_htod(&repacked.scales)?,
+            y: s.alloc_zeros(m_max * n)?,
+            // Zeroed once: split-K variants keep their tile counters here and leave them at zero.
+            workspace: s.alloc_zeros(workspace_len.max(1))?,
+        })
+    }
+}
+
+/// Runs W4A16 variants on one (shape, M).
+pub struct W4a16Runner<'a> {
+    pub gpu: &'a Gpu,
+    pub problem: &'a Problem,
+    pub kernels: &'a HashMap<String, CudaFunction>,
+    pub buffers: &'a mut ShapeBuffers,
+    pub flusher: &'a mut Flusher,
+    pub m: usize,
+}
+
+impl Runner for W4a16Runner<'_> {
+    type Candidate = W4a16;
+
+    fn name(&self, v: &W4a16) -> String {
+        crate::Variant::name(v)
+    }
+
+    fn output(&mut self, v: &W4a16) -> Result<Vec<f32>> {
+        // A kernel that writes nothing must not pass with the previous candidate's output, and a
+        // wrong one must not leave the next with dirty split-K counters.
+        let stream = self.gpu.stream.clone();
+        stream.memset_zeros(&mut self.buffers.y)?;
+        stream.memset_zeros(&mut self.buffers.workspace)?;
+        self.launch(v)?;
+        let y = stream.clone_dtoh(&self.buffers.y)?;
+        stream.synchronize()?;
+        let len = self.m * self.problem.weight.n;
+        Ok(y[..len].iter().map(|&b| from_bits(self.problem.dtype, b)).collect())
+    }
+
+    fn tolerance(&self, v: &W4a16) -> f64 {
+        check::tolerance(v) as f64
+    }
+
+    fn launch(&mut self, v: &W4a16) -> Result<()> {
+        let (n, k) = (self.problem.weight.n, self.problem.weight.k);
+        let kernels: &HashMap<String, CudaFunction> = self.kernels;
+        let name = crate::Variant::name(v);
+        let f = kernels.get(&name).ok_or_else(|| TuneError::Problem(format!("{name} was not compiled")))?;
+        let b = &mut *self.buffers;
+        let buffers =
+            GemmBuffers { x: &b.x, packed: &b.packed, scales: &b.scales, y: &mut b.y, workspace: &mut b.workspace };
+        Ok(w4a16::launch(self.gpu, f, v, self.m, n, k, buffers)?)
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.flusher.flush(&self.gpu.stream)
+    }
+}

@@ -1,0 +1,48 @@
+//! Autotuning: the fastest *correct* variant per problem shape on the device at hand.
+//!
+//! | step | where |
+//! |---|---|
+//! | the problem key, M buckets, model presets | [`key`] |
+//! | which variants are worth timing for a shape | [`prune`] |
+//! | the random problem, its CPU reference, the L2 flush | [`problem`] |
+//! | run once, compare with the reference | [`gate`] |
+//! | time: warm-up, flush, median and spread | [`clock`], [`bench`] |
+//! | gate, screen, time the finalists (GPU-free core) | [`search`] |
+//! | the W4A16 candidates on the GPU | [`gpu`] |
+//! | a whole run: compile once, then every shape and M | [`session`] |
+//! | cuBLAS and copy bandwidth in the same run | [`peers`] |
+//! | results by problem and environment; stale ones refused | [`db`], [`env`] |
+//! | table, JSON, roofline picture | [`report`], [`plot`] |
+//!
+//! The engine asks the DB, never the tuner:
+//!
+//! ```no_run
+//! use kdtree_jit::Arch;
+//! use kdtree_jit::tune::{db::TuningDb, env::Environment, key::{ProblemKey, Shape}};
+//! # fn main() -> kdtree_jit::tune::error::Result<()> {
+//! let gpu = kdtree_jit::Gpu::open(0)?;
+//! let env = Environment::detect(&gpu)?;
+//! let db = TuningDb::open(&TuningDb::default_path())?;
+//! let key = ProblemKey::w4a16(3, Shape { n: 4096, k: 7168 }, 32, kdtree_quant::Dtype::Bf16, gpu.arch);
+//! if let Some(entry) = db.best_variant(&key, &env) {
+//!     println!("{} at {:.1} us", entry.variant, entry.timing.median_us);
+//! }
+//! # Ok(()) }
+//! ```
+
+pub mod bench;
+pub mod clock;
+mod cuda;
+pub mod db;
+pub mod env;
+pub mod error;
+pub mod gate;
+pub mod gpu;
+pub mod key;
+pub mod peers;
+pub mod plot;
+pub mod problem;
+pub mod prune;
+pub mod report;
+pub mod search;
+pub mod session;

@@ -1,0 +1,81 @@
+//! One tuning problem's data: a random int4 weight, activations for the largest M, and the CPU
+//! reference output, computed once for all M (the reference is batch-invariant, so the first m
+//! rows of its output are the output for M = m).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream};
+use kdtree_quant::{Dtype, QuantizedWeight};
+
+use super::error::Result;
+use super::key::Shape;
+use crate::w4a16::check;
+
+pub struct Problem {
+    pub shape: Shape,
+    pub dtype: Dtype,
+    pub weight: QuantizedWeight,
+    /// Activations [m_max, K], bits of `dtype`.
+    pub x: Vec<u16>,
+    pub m_max: usize,
+    /// The reference output [m_max, N] in f32, before rounding to `dtype`.
+    reference: Vec<f32>,
+}
+
+impl Problem {
+    /// [`check::Problem::random`] for `m_max` rows, seeded: the data the kernels' own tests use.
+    pub fn random(shape: Shape, group_size: u32, dtype: Dtype, m_max: usize, seed: u64) -> Result<Problem> {
+        let (n, k) = (shape.n as usize, shape.k as usize);
+        let p = check::Problem::random(m_max, n, k, group_size as usize, dtype, seed)?;
+        Ok(Problem { shape, dtype, weight: p.w, x: p.x, m_max, reference: p.reference })
+    }
+
+    /// The activations in f32 (exact).
+    pub fn x_f32(&self) -> Vec<f32> {
+        self.x.iter().map(|&b| from_bits(self.dtype, b)).collect()
+    }
+
+    /// The reference output for the first `m` rows, [m, N].
+    pub fn reference(&self, m: usize) -> &[f32] {
+        &self.reference[..m.min(self.m_max) * self.weight.n]
+    }
+
+    /// What one run must move at least: int4 weights, scales, activations in and output out.
+    pub fn bytes(&self, m: usize) -> u64 {
+        (self.weight.bytes() + 2 * m * (self.weight.k + self.weight.n)) as u64
+    }
+}
+
+/// An f32 rounded to `dtype`, as bits.
+pub fn to_bits(dtype: Dtype, v: f32) -> u16 {
+    match dtype {
+        Dtype::F16 => half::f16::from_f32(v).to_bits(),
+        Dtype::Bf16 => half::bf16::from_f32(v).to_bits(),
+    }
+}
+
+pub fn from_bits(dtype: Dtype, bits: u16) -> f32 {
+    match dtype {
+        Dtype::F16 => half::f16::from_bits(bits).to_f32(),
+        Dtype::Bf16 => half::bf16::from_bits(bits).to_f32(),
+    }
+}
+
+/// Evicts the L2 between timed reps by writing a buffer several times its size, as triton's
+/// `do_bench` does: every rep then reads its weights from memory, as a decode step does.
+pub struct Flusher {
+    buf: CudaSlice<u8>,
+}
+
+impl Flusher {
+    /// 256 MiB: five times the 50 MiB L2 of an H100/H200.
+    const BYTES: usize = 256 << 20;
+
+    pub fn new(stream: &Arc<CudaStream>) -> Result<Flusher> {
+        Ok(Flusher { buf: stream.alloc_zeros(Self::BYTES)? })
+    }
+
+    pub fn flush(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        Ok(stream.memset_zeros(&mut self.buf)?)
+    }
+}

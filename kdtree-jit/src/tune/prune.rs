@@ -1,0 +1,62 @@
+//! Which variants are worth timing for one problem. The W4A16 space is small (18 valid points per
+//! dtype, group size and accumulation on sm_90), so pruning is about not wasting time on points
+//! that cannot win, not about search:
+//!
+//! 1. the problem fixes the dtype and group size; the device's arch fixes validity ([`crate::Variant::check`]);
+//!    the shape fixes what can run ([`w4a16::supports`]: gemv only up to its `bm` rows);
+//! 2. a block should not compute many more rows than the problem has: mma tiles of more than
+//!    max(16, bucket(M)) rows and gemv blocks of more than bucket(M) rows only add padding;
+//! 3. split-K only pays when the grid is short of the SMs: once the blocks along M and N alone
+//!    fill four waves of the device, split-K's extra reduction cannot help;
+//! 4. a variant NVRTC refused for the same arch, NVRTC and templates is not compiled again
+//!    (the DB remembers it; `--retry-failed` tries anyway).
+//!
+//! Then [`super::search`] gates all that remain, screens them with 15 reps (cutting off any candidate
+//! 1.5x slower than the best so far) and times the 4 fastest with 100 reps. A model's shapes at
+//! 8 values of M take a few seconds of GPU time each, plus compiling once per variant.
+
+use kdtree_quant::Dtype;
+
+use super::key::{Shape, m_bucket};
+use crate::w4a16::{self, Algo, W4a16};
+
+/// What pruning needs to know about a problem and the device.
+#[derive(Clone, Copy, Debug)]
+pub struct Scope {
+    pub m: u32,
+    pub shape: Shape,
+    pub group_size: u32,
+    pub dtype: Dtype,
+    /// Streaming multiprocessors of the device.
+    pub sms: u32,
+}
+
+/// Why `v` is not worth timing for `scope`, or `None` when it is. `v` is valid for the arch.
+pub fn why_not(v: &W4a16, scope: &Scope) -> Option<&'static str> {
+    let (m, n, k) = (scope.m as usize, scope.shape.n as usize, scope.shape.k as usize);
+    let rows = m_bucket(scope.m);
+    if v.dtype != scope.dtype || v.group_size != scope.group_size {
+        Some("another dtype or group size")
+    } else if !w4a16::supports(v, m, n, k) {
+        Some("cannot compute this shape")
+    } else if v.algo == Algo::Mma && v.bm > rows.max(16) || v.algo == Algo::Gemv && v.bm > rows {
+        Some("block rows far beyond M")
+    } else if v.split_k > 1 && blocks_without_split(v, m, n) >= 4 * scope.sms as usize {
+        Some("split-K with the grid already four waves deep")
+    } else {
+        None
+    }
+}
+
+/// The variants of `valid` worth timing for `scope`.
+pub fn prune(valid: &[W4a16], scope: &Scope) -> Vec<W4a16> {
+    valid.iter().filter(|v| why_not(v, scope).is_none()).copied().collect()
+}
+
+/// Blocks of the grid along M and N (the launch's grid without its split-K dimension).
+fn blocks_without_split(v: &W4a16, m: usize, n: usize) -> usize {
+    match v.algo {
+        Algo::Gemv => n.div_ceil(v.bn as usize),
+        Algo::Mma => m.div_ceil(v.bm as usize) * n.div_ceil(v.bn as usize),
+    }
+}

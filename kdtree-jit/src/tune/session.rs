@@ -1,0 +1,169 @@
+//! One tuning (or benchmark) run on the GPU: the device's peers measured once, the candidates
+//! compiled once, then per shape the problem built, uploaded and searched at every M.
+
+use std::collections::HashMap;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::CudaFunction;
+use cudarc::driver::sys::CUdevice_attribute;
+use kdtree_quant::Dtype;
+
+use super::bench::BenchConfig;
+use super::clock::CudaClock;
+use super::cuda;
+use super::db::{CompileFailure, Entry, TuningDb};
+use super::env::Environment;
+use super::error::Result;
+use super::gpu::{ShapeBuffers, W4a16Runner};
+use super::key::{ProblemKey, Shape};
+use super::peers::{self, DensePeer, Peers};
+use super::problem::{Flusher, Problem};
+use super::search::{self, Rejection, SearchConfig};
+use crate::w4a16::W4a16;
+use crate::{Cache, Error, Gpu, Variant};
+
+pub struct Session<'g> {
+    pub gpu: &'g Gpu,
+    pub env: Environment,
+    pub sms: u32,
+    /// Device-to-device copy bandwidth measured at the start of the run, GB/s.
+    pub copy_gbps: f64,
+    clock: CudaClock,
+    flusher: Flusher,
+    /// `None` where libcublas is missing: the results then carry no cuBLAS peer.
+    blas: Option<CudaBlas>,
+}
+
+/// The result of one (shape, M): the DB entry when some candidate was correct, and the rejections.
+pub struct Tuned {
+    pub key: ProblemKey,
+    pub entry: Option<Entry>,
+    pub rejected: Vec<Rejection>,
+}
+
+/// Random problems are seeded by shape, so every run (and `bench`) measures the same data.
+fn seed(shape: Shape) -> u64 {
+    0x6b64_7472_6565 ^ (shape.n as u64) << 32 ^ shape.k as u64
+}
+
+impl<'g> Session<'g> {
+    pub fn open(gpu: &'g Gpu) -> Result<Session<'g>> {
+        let env = Environment::detect(gpu)?;
+        let sms = gpu.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as u32;
+        let mut clock = CudaClock::new(gpu.stream.clone());
+        let copy_gbps = peers::copy_bandwidth(&gpu.stream, &mut clock)?;
+        let flusher = Flusher::new(&gpu.stream)?;
+        let blas = if cuda::cublas_present() { Some(CudaBlas::new(gpu.stream.clone())?) } else { None };
+        Ok(Session { gpu, env, sms, copy_gbps, clock, flusher, blas })
+    }
+
+    /// Compiles and loads `variants`. A compile failure is recorded in `db` and that variant is
+    /// left out; one recorded earlier for this arch, NVRTC and templates is not tried again unless
+    /// `retry_failed`. `progress` gets the number of variants done.
+    pub fn compile(
+        &self,
+        variants: &[W4a16],
+        db: &mut TuningDb,
+        cache: Option<&Cache>,
+        retry_failed: bool,
+        progress: impl Fn(usize) + Sync,
+    ) -> Result<HashMap<String, CudaFunction>> {
+        let arch = self.gpu.arch;
+        let todo: Vec<W4a16> = variants
+            .iter()
+            .filter(|v| retry_failed || db.compile_failure(&v.name(), arch, &self.env).is_none())
+            .copied()
+            .collect();
+        let mut kernels = HashMap::new();
+        for (v, compiled) in crate::compile_all(&todo, arch, cache, progress) {
+            match compiled {
+                Ok(c) => {
+                    kernels.insert(v.name(), self.gpu.load(&c)?);
+                }
+                Err(Error::Compile { log, .. }) => db.record_compile_failure(CompileFailure {
+                    variant: v.name(),
+                    arch,
+                    nvrtc: self.env.nvrtc,
+                    templates: self.env.templates.clone(),
+                    log,
+                }),
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Ok(kernels)
+    }
+
+    /// Tunes one shape at each `(m, candidates)` of `work`; `progress` is called once per candidate gated.
+    pub fn tune_shape(
+        &mut self,
+        (shape, group_size, dtype): (Shape, u32, Dtype),
+        work: &[(u32, Vec<W4a16>)],
+        kernels: &HashMap<String, CudaFunction>,
+        cfg: &SearchConfig,
+        mut progress: impl FnMut(),
+    ) -> Result<Vec<Tuned>> {
+        let m_max = work.iter().map(|(m, _)| *m as usize).max().unwrap_or(1);
+        let problem = Problem::random(shape, group_size, dtype, m_max, seed(shape))?;
+        let compiled: Vec<W4a16> =
+            work.iter().flat_map(|(_, vs)| vs).filter(|v| kernels.contains_key(&v.name())).copied().collect();
+        let mut buffers = ShapeBuffers::upload(self.gpu, &problem, &compiled)?;
+        let mut dense = [DensePeer::new(&self.gpu.stream, &problem, Dtype::Bf16)?, DensePeer::new(&self.gpu.stream, &problem, Dtype::F16)?];
+        let mut results = Vec::new();
+        for (m, candidates) in work {
+            let candidates: Vec<W4a16> = candidates.iter().filter(|v| kernels.contains_key(&v.name())).copied().collect();
+            let mut runner = W4a16Runner {
+                gpu: self.gpu,
+                problem: &problem,
+                kernels,
+                buffers: &mut buffers,
+                flusher: &mut self.flusher,
+                m: *m as usize,
+            };
+            let outcome = search::search(&mut runner, &mut self.clock, &candidates, problem.reference(*m as usize), cfg, &mut progress)?;
+            let key = ProblemKey::w4a16(*m, shape, group_size, dtype, self.gpu.arch);
+            let entry = match outcome.best {
+                None => None,
+                Some(best) => Some(Entry {
+                    key: key.clone(),
+                    env: self.env.clone(),
+                    variant: best.name,
+                    m: *m,
+                    timing: best.timing,
+                    error: best.error,
+                    peers: self.peers(&mut dense, (*m as usize, shape))?,
+                    bytes: problem.bytes(*m as usize),
+                    timed: outcome.timed.len() as u32,
+                    rejected: outcome.rejected.clone(),
+                    tuned_at_unix: now_unix(),
+                }),
+            };
+            results.push(Tuned { key, entry, rejected: outcome.rejected });
+        }
+        Ok(results)
+    }
+
+    /// Measures `entries` (all of one shape, group size and dtype) again: gated, then timed with
+    /// [`BenchConfig::FINAL`], with fresh peers. A variant that is now wrong comes back rejected.
+    pub fn bench_shape(&mut self, entries: &[&Entry], kernels: &HashMap<String, CudaFunction>) -> Result<Vec<Tuned>> {
+        let work: Vec<(u32, Vec<W4a16>)> =
+            entries.iter().map(|e| (e.m, W4a16::from_name(&e.variant).into_iter().collect())).collect();
+        let Some(first) = entries.first() else { return Ok(Vec::new()) };
+        let cfg = SearchConfig { screen: BenchConfig::FINAL, finalists: 0, fin: BenchConfig::FINAL };
+        let key = &first.key;
+        self.tune_shape((key.shape(), key.group_size, key.dtype), &work, kernels, &cfg, || {})
+    }
+
+    fn peers(&mut self, dense: &mut [DensePeer; 2], (m, shape): (usize, Shape)) -> Result<Peers> {
+        let dims = (m, shape.n as usize, shape.k as usize);
+        let mut time = |peer: &mut DensePeer| match &self.blas {
+            Some(blas) => peer.time(blas, &self.gpu.stream, &mut self.clock, &mut self.flusher, dims).map(Some),
+            None => Ok(None),
+        };
+        let [bf16, f16] = dense;
+        Ok(Peers { cublas_bf16: time(bf16)?, cublas_f16: time(f16)?, copy_gbps: self.copy_gbps })
+    }
+}
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
