@@ -60,8 +60,9 @@ impl QuantConfig {
                 return Err(unknown(format!("{name} targets {targets:?} (only [\"Linear\"] is supported)")));
             }
             let w = group.obj("weights")?.ok_or_else(|| err(q.file, name, "has no `weights` scheme"))?;
+            // Unstated arguments take compressed-tensors' `QuantizationArgs` defaults.
             let (bits, kind, symmetric) =
-                (w.usize_or("num_bits", 0)?, w.str_or("type", "")?, w.bool_or("symmetric", false)?);
+                (w.usize_or("num_bits", 8)?, w.str_or("type", "int")?, w.bool_or("symmetric", true)?);
             let strategy = w.str_or("strategy", "group")?;
             if bits != 4 || kind != "int" || !symmetric || strategy != "group" {
                 return Err(unknown(format!("{bits}-bit {kind} symmetric={symmetric} strategy={strategy}")));
