@@ -1,4 +1,4 @@
-//! Kimi K2-Thinking's config.json as shipped (INT4 routed experts), through the parser.
+//! A config.json in the shape Kimi K2-Thinking publishes (INT4 routed experts), through the parser.
 
 use kdtree_engine::Config;
 use kdtree_engine::model::{softmax_scale, yarn_mscale};
