@@ -33,8 +33,8 @@ proptest! {
         int4 in any::<bool>(),
         prompt in prop::collection::vec(0u32..256, 1..12),
         max_new in 1usize..24,
-        budget in 1usize..40,
-        draft_len in 1usize..10,
+        budget in 0usize..40,
+        draft_len in 0usize..10,
         stop in prop::option::of(0u32..256),
         kind in kind(),
     ) {

@@ -100,8 +100,12 @@ pub fn ddtree_generate(
         // No deeper than the tokens still wanted: the last of them can always come as a bonus.
         let draft_len = limits.draft_len.min(max_new - out.len() - 1);
         let drafting = Instant::now();
-        let draft = drafter.draft(&text, bonus, draft_len, limits.budget.min(vocab))?;
-        let tree = DraftTree::build(&draft, limits.budget);
+        // A tree that can hold nothing is not worth a drafter call: the round is one greedy step.
+        let tree = if draft_len == 0 || limits.budget == 0 {
+            DraftTree::default()
+        } else {
+            DraftTree::build(&drafter.draft(&text, bonus, draft_len, limits.budget.min(vocab))?, limits.budget)
+        };
         stats.draft_time += drafting.elapsed();
         let verified = verify(target, &mut cache, bonus, &tree)?;
         stats.target_forwards += 1;
