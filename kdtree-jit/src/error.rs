@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+use crate::Arch;
+
 /// Everything that can go wrong from probing the CUDA libraries to launching a kernel.
 #[derive(Debug, Error)]
 pub enum Error {
@@ -23,11 +25,20 @@ pub enum Error {
     #[error("no GPU {ordinal}: {reason}")]
     NoGpu { ordinal: usize, reason: String },
 
+    #[error("{name} was compiled for {compiled}, the GPU is {device}")]
+    WrongArch { name: String, compiled: Arch, device: Arch },
+
     #[error("`{0}` is not an arch: write it as sm_90 or 90")]
     Arch(String),
 
     #[error("`{name}` is not a variant of the {space} space")]
     UnknownVariant { space: &'static str, name: String },
+
+    #[error("{variant} cannot do this: {reason}")]
+    Unsupported { variant: String, reason: String },
+
+    #[error(transparent)]
+    Quant(#[from] kdtree_quant::QuantError),
 
     #[error("rendering {template} for {variant}: {message}")]
     Render { template: String, variant: String, message: String },

@@ -42,14 +42,23 @@
 extern crate self as kdtree_jit;
 
 pub mod arch;
+pub mod cache;
+pub mod compile;
 pub mod error;
+pub mod kernel;
 pub mod probe;
+pub mod render;
+pub mod runtime;
 mod sys;
 pub mod variant;
 
 pub use arch::Arch;
+pub use cache::Cache;
+pub use compile::{Compiled, KernelStats, compile_all, compile_source, compile_variant};
 pub use error::{Error, Result};
 pub use probe::nvrtc_version;
+pub use render::{render, templates_hash};
+pub use runtime::Gpu;
 pub use kdtree_macros::variant_space;
 pub use variant::{AxisValue, Invalid, Target, Variant};
 
