@@ -1,0 +1,106 @@
+//! How close a W4A16 kernel must come to the CPU reference, and how that is measured. Shared by
+//! the GPU tests, the fuzzer and the tuner's correctness gate.
+
+use kdtree_quant::{Dtype, QuantizedWeight, Scales, reference};
+
+use crate::Result;
+use crate::w4a16::{Acc, W4a16};
+
+/// A random W4A16 problem and its CPU reference result.
+pub struct Problem {
+    pub m: usize,
+    /// X, [m, k], activation dtype bits.
+    pub x: Vec<u16>,
+    pub w: QuantizedWeight,
+    /// [`reference::w4a16_gemm_f32`] of X and W, before rounding to the dtype.
+    pub reference: Vec<f32>,
+}
+
+impl Problem {
+    /// X uniform in [-1, 1), q uniform in [-8, 7], scales uniform in [0.005, 0.025], all rounded
+    /// to `dtype`; deterministic in `seed`.
+    pub fn random(m: usize, n: usize, k: usize, group_size: usize, dtype: Dtype, seed: u64) -> Result<Problem> {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut uniform = move || {
+            // xorshift64*: plenty for test data, and no dependency.
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as f32 / (1u64 << 24) as f32
+        };
+        let bits = |v: f32| match dtype {
+            Dtype::F16 => half::f16::from_f32(v).to_bits(),
+            Dtype::Bf16 => half::bf16::from_f32(v).to_bits(),
+        };
+        let x: Vec<u16> = (0..m * k).map(|_| bits(2.0 * uniform() - 1.0)).collect();
+        let q: Vec<i8> = (0..n * k).map(|_| (uniform() * 16.0) as i8 - 8).collect();
+        let scales = Scales { dtype, bits: (0..n * k / group_size).map(|_| bits(0.005 + 0.02 * uniform())).collect() };
+        let w = QuantizedWeight::from_q(&q, n, k, group_size, scales)?;
+        let xf: Vec<f32> = x.iter().map(|&b| Scales { dtype, bits: vec![b] }.get(0)).collect();
+        let reference = reference::w4a16_gemm_f32(&xf, m, &w)?;
+        Ok(Problem { m, x, w, reference })
+    }
+
+    /// [`relative_error`] of a kernel's Y for this problem.
+    pub fn error(&self, dtype: Dtype, y: &[u16]) -> f32 {
+        relative_error(dtype, y, &self.reference)
+    }
+}
+
+/// `max |y - y_ref| / max |y_ref|` with `y` in `dtype` bits and `y_ref` the f32 reference
+/// ([`kdtree_quant::reference::w4a16_gemm_f32`]). Normalised by the largest output, since single
+/// outputs near zero (cancellation) carry no relative precision for any kernel.
+pub fn relative_error(dtype: Dtype, y: &[u16], reference: &[f32]) -> f32 {
+    let to_f32 = |b: u16| match dtype {
+        Dtype::F16 => half::f16::from_bits(b).to_f32(),
+        Dtype::Bf16 => half::bf16::from_bits(b).to_f32(),
+    };
+    let scale = reference.iter().fold(0f32, |m, r| m.max(r.abs()));
+    let worst = y.iter().zip(reference).fold(0f32, |m, (&b, r)| {
+        let d = (to_f32(b) - r).abs();
+        if d.is_nan() { f32::INFINITY } else { m.max(d) }
+    });
+    if scale == 0.0 { worst } else { worst / scale }
+}
+
+/// The largest [`relative_error`] a correct variant may show.
+///
+/// - Every variant rounds Y once to the dtype: up to eps / 2 of the largest output.
+/// - mma rounds each dequantized weight q * s to the dtype before the product (eps / 2 each,
+///   independent, so their sum grows like sqrt(K) eps / 2 times a typical |x w|, well under the
+///   output's scale): bound by another eps.
+/// - f16 accumulation rounds every partial sum (up to K / 16 k-steps, errors again random):
+///   measured 2.6e-3 on the H200 at K = 7168, i.e. 2.7 eps; allow 8 eps.
+///
+/// So 2 eps for f32 accumulation (measured worst on the H200: bf16 4.4e-3 = 0.56 eps,
+/// f16 4.6e-4 = 0.47 eps) and 8 eps for f16.
+pub fn tolerance(v: &W4a16) -> f32 {
+    let eps = v.dtype.epsilon();
+    match v.acc {
+        Acc::F32 => 2.0 * eps,
+        Acc::F16 => 8.0 * eps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_problems_are_deterministic_and_in_range() {
+        let a = Problem::random(3, 70, 64, 32, Dtype::Bf16, 7).unwrap();
+        let b = Problem::random(3, 70, 64, 32, Dtype::Bf16, 7).unwrap();
+        assert_eq!((a.x.clone(), a.reference.clone()), (b.x, b.reference));
+        assert!(a.w.q().iter().any(|&q| q == -8) && a.w.q().iter().any(|&q| q == 7));
+        assert_eq!(a.reference.len(), 3 * 70);
+    }
+
+    #[test]
+    fn error_is_relative_to_the_largest_output_and_nan_is_infinite() {
+        let y: Vec<u16> = [1.0f32, -2.0, 4.0].iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+        assert_eq!(relative_error(Dtype::F16, &y, &[1.0, -2.0, 4.0]), 0.0);
+        assert_eq!(relative_error(Dtype::F16, &y, &[1.5, -2.0, 4.0]), 0.125);
+        let nan = [half::f16::NAN.to_bits()];
+        assert_eq!(relative_error(Dtype::F16, &nan, &[1.0]), f32::INFINITY);
+    }
+}

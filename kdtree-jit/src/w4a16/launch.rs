@@ -1,0 +1,146 @@
+//! Launching a W4A16 variant: grid, block, shared memory and the split-K workspace.
+
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+
+use kdtree_quant::QuantizedWeight;
+
+use crate::w4a16::layout::{lengths, repack};
+use crate::w4a16::rules::{TILE_N, shared_bytes};
+use crate::w4a16::{Algo, W4a16};
+use crate::{Error, Gpu, Result, Variant};
+
+/// The device buffers of one GEMM. `workspace` must hold [`workspace_len`] elements and be zeroed
+/// once when allocated: split-K variants keep their tile counters there and leave them at zero.
+pub struct GemmBuffers<'a> {
+    /// X, [M, K] row-major, activation dtype bits.
+    pub x: &'a CudaSlice<u16>,
+    /// [`crate::w4a16::DeviceWeights::packed`].
+    pub packed: &'a CudaSlice<u32>,
+    /// [`crate::w4a16::DeviceWeights::scales`].
+    pub scales: &'a CudaSlice<u16>,
+    /// Y, [M, N] row-major, activation dtype bits.
+    pub y: &'a mut CudaSlice<u16>,
+    pub workspace: &'a mut CudaSlice<f32>,
+}
+
+/// The largest dynamic shared memory a launch may use without opting in.
+const DEFAULT_SMEM: usize = 48 * 1024;
+
+fn grid(v: &W4a16, m: usize, n: usize) -> (usize, usize, usize) {
+    let ntiles = n.div_ceil(TILE_N as usize);
+    match v.algo {
+        Algo::Gemv => (ntiles, v.split_k as usize, 1),
+        Algo::Mma => (m.div_ceil(v.bm as usize), ntiles.div_ceil((v.bn / TILE_N) as usize), v.split_k as usize),
+    }
+}
+
+/// f32 elements of workspace a launch needs: the split-K partials and one counter per output tile.
+pub fn workspace_len(v: &W4a16, m: usize, n: usize) -> usize {
+    if v.split_k == 1 {
+        return 0;
+    }
+    let (gx, gy, _) = grid(v, m, n);
+    let tiles = match v.algo {
+        Algo::Gemv => gx,
+        Algo::Mma => gx * gy,
+    };
+    v.split_k as usize * m * n + tiles
+}
+
+/// Why `v` cannot compute an [m, k] x [n, k]ᵀ product, if it cannot.
+fn unsupported(v: &W4a16, m: usize, n: usize, k: usize) -> Option<String> {
+    let g = v.group_size as usize;
+    let int = |x: usize| i32::try_from(x).is_ok();
+    if m == 0 || n == 0 || k == 0 {
+        Some(format!("empty product {m} x {n} x {k}"))
+    } else if k % g != 0 {
+        Some(format!("K = {k} is not a multiple of the group size {g}"))
+    } else if v.algo == Algo::Gemv && m > v.bm as usize {
+        Some(format!("gemv with bm = {} computes at most {} rows, not {m}", v.bm, v.bm))
+    } else if !int(m) || !int(n) || !int(k) || grid(v, m, n).1 > 65_535 {
+        Some(format!("{m} x {n} x {k} exceeds the kernel's index range"))
+    } else {
+        None
+    }
+}
+
+/// True when `v` computes an [m, k] x [n, k]ᵀ product: K a multiple of the group size, M within
+/// gemv's rows. Any N (padded to 64 by the layout) and any M for mma.
+pub fn supports(v: &W4a16, m: usize, n: usize, k: usize) -> bool {
+    unsupported(v, m, n, k).is_none()
+}
+
+/// Enqueues `Y = X · dequant(W)ᵀ` on `gpu`'s stream; `f` is `v` compiled and loaded.
+pub fn launch(gpu: &Gpu, f: &CudaFunction, v: &W4a16, m: usize, n: usize, k: usize, b: GemmBuffers) -> Result<()> {
+    let fail = |reason: String| Error::Unsupported { variant: v.name(), reason };
+    if let Some(reason) = unsupported(v, m, n, k) {
+        return Err(fail(reason));
+    }
+    let (packed_len, scales_len) = lengths(n, k, v.group_size as usize);
+    let needs = [
+        ("x", b.x.len(), m * k),
+        ("packed", b.packed.len(), packed_len),
+        ("scales", b.scales.len(), scales_len),
+        ("y", b.y.len(), m * n),
+        ("workspace", b.workspace.len(), workspace_len(v, m, n)),
+    ];
+    if let Some((name, have, need)) = needs.iter().find(|(_, have, need)| have < need) {
+        return Err(fail(format!("{name} holds {have} elements, {need} needed")));
+    }
+    let smem = shared_bytes(v);
+    if smem > DEFAULT_SMEM {
+        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+    }
+    let (gx, gy, gz) = grid(v, m, n);
+    let cfg = LaunchConfig {
+        grid_dim: (gx as u32, gy as u32, gz as u32),
+        block_dim: (v.warps * 32, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
+    let (m, n, k) = (m as i32, n as i32, k as i32);
+    let mut args = gpu.stream.launch_builder(f);
+    args.arg(b.x).arg(b.packed).arg(b.scales).arg(b.y).arg(b.workspace).arg(&m).arg(&n).arg(&k);
+    // SAFETY: the argument list matches the templates' kernel signature (x, packed, scales, y,
+    // workspace, m, n, k); every buffer was checked above to hold what the kernel indexes.
+    unsafe { args.launch(cfg) }?;
+    Ok(())
+}
+
+/// One GEMM from host data: repacks `w`, uploads, launches `f` (= `v` loaded) and returns Y
+/// ([m, n] bits of the activation dtype). For tests and correctness gates, not for speed.
+pub fn gemm_host(gpu: &Gpu, f: &CudaFunction, v: &W4a16, x: &[u16], m: usize, w: &QuantizedWeight) -> Result<Vec<u16>> {
+    let d = repack(v, w)?;
+    let s = &gpu.stream;
+    let (xd, packed, scales) = (s.clone_htod(x)?, s.clone_htod(&d.packed)?, s.clone_htod(&d.scales)?);
+    let mut y = s.alloc_zeros::<u16>(m * w.n)?;
+    let mut workspace = s.alloc_zeros::<f32>(workspace_len(v, m, w.n).max(1))?;
+    let b = GemmBuffers { x: &xd, packed: &packed, scales: &scales, y: &mut y, workspace: &mut workspace };
+    launch(gpu, f, v, m, w.n, w.k, b)?;
+    Ok(s.clone_dtoh(&y)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workspace_holds_partials_and_one_counter_per_tile() {
+        let v = W4a16::from_name("w4a16_mma_bf16_g32_m16n128k128_w4_s4_sk4_f32acc").expect("in the space");
+        // M = 20 -> 2 row blocks; N = 300 -> 5 column tiles -> 3 blocks of 128.
+        assert_eq!(workspace_len(&v, 20, 300), 4 * 20 * 300 + 2 * 3);
+        let g = W4a16::from_name("w4a16_gemv_bf16_g32_m1n64k128_w4_s1_sk1_f32acc").expect("in the space");
+        assert_eq!(workspace_len(&g, 1, 300), 0);
+    }
+
+    #[test]
+    fn supports_names_the_limits() {
+        let g = W4a16::from_name("w4a16_gemv_f16_g64_m2n64k128_w4_s1_sk4_f32acc").expect("in the space");
+        assert!(supports(&g, 2, 100, 192));
+        assert!(!supports(&g, 3, 100, 192), "gemv rows");
+        assert!(!supports(&g, 2, 100, 160), "K not a multiple of 64");
+        assert!(!supports(&g, 0, 100, 192));
+        let m = W4a16::from_name("w4a16_mma_f16_g64_m16n64k128_w4_s4_sk1_f32acc").expect("in the space");
+        assert!(supports(&m, 1000, 7, 64));
+    }
+}

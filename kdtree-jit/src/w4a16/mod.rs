@@ -1,0 +1,87 @@
+//! The W4A16 GEMM `Y[M, N] = X[M, K] · dequant(W)[N, K]ᵀ`: its variant space, validity rule,
+//! weight layout and launch.
+//!
+//! | concept | where |
+//! |---|---|
+//! | the declared space (axes, names, templates) | [`W4a16`] in [`space`] |
+//! | which points are valid, and why not | [`rules::check`] |
+//! | the weight layout both algorithms read, and its CPU repack | [`layout`] |
+//! | grid, block, shared memory, split-K workspace | [`launch`] |
+//! | tolerance against the CPU reference | [`check`] |
+//!
+//! Two algorithms render from `templates/w4a16_{algo}.cu.tera`:
+//! - [`Algo::Mma`]: tensor-core tiles (`mma.sync` m16n8k16, `ldmatrix`, a `cp.async` pipeline), for
+//!   any M; rows are padded to the tile.
+//! - [`Algo::Gemv`]: CUDA-core streaming for M <= its `bm` (at most 4), where padding a 16-row
+//!   tensor-core tile would be mostly waste.
+//!
+//! ```no_run
+//! use kdtree_jit::w4a16::{self, Acc, Algo, GemmBuffers, W4a16};
+//! use kdtree_jit::{Gpu, compile_variant};
+//! use kdtree_quant::{Dtype, QuantizedWeight};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let v = W4a16 { algo: Algo::Mma, dtype: Dtype::Bf16, group_size: 32, acc: Acc::F32,
+//!                 bm: 16, bn: 64, bk: 128, warps: 4, stages: 4, split_k: 1 };
+//! let gpu = Gpu::open(0)?;
+//! let f = gpu.load(&compile_variant(&v, gpu.arch, None)?)?;
+//! let (m, n, k) = (1, 256, 512);
+//! let w: Vec<f32> = (0..n * k).map(|i| (i % 13) as f32 - 6.0).collect();
+//! let qw = QuantizedWeight::quantize(&w, n, k, 32, Dtype::Bf16)?;
+//! let dev = w4a16::repack(&v, &qw)?;
+//! let x = gpu.stream.clone_htod(&vec![0x3f80u16; m * k])?; // bf16 ones
+//! let packed = gpu.stream.clone_htod(&dev.packed)?;
+//! let scales = gpu.stream.clone_htod(&dev.scales)?;
+//! let mut y = gpu.stream.alloc_zeros::<u16>(m * n)?;
+//! let mut workspace = gpu.stream.alloc_zeros::<f32>(w4a16::workspace_len(&v, m, n).max(1))?;
+//! let b = GemmBuffers { x: &x, packed: &packed, scales: &scales, y: &mut y, workspace: &mut workspace };
+//! w4a16::launch(&gpu, &f, &v, m, n, k, b)?;
+//! # Ok(()) }
+//! ```
+
+pub mod check;
+pub mod launch;
+pub mod layout;
+pub mod rules;
+pub mod space;
+
+use serde::{Deserialize, Serialize};
+
+use crate::AxisValue;
+
+pub use check::{Problem, relative_error, tolerance};
+pub use launch::{GemmBuffers, gemm_host, launch, supports, workspace_len};
+pub use layout::{DeviceWeights, repack, unpack};
+pub use space::W4a16;
+
+/// How a variant computes: tensor-core tiles or CUDA-core streaming.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Algo {
+    Mma,
+    Gemv,
+}
+
+impl AxisValue for Algo {
+    fn as_str(&self) -> &'static str {
+        match self {
+            Algo::Mma => "mma",
+            Algo::Gemv => "gemv",
+        }
+    }
+}
+
+/// The type products are summed in. F16 only pairs with f16 activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Acc {
+    F32,
+    F16,
+}
+
+impl AxisValue for Acc {
+    fn as_str(&self) -> &'static str {
+        match self {
+            Acc::F32 => "f32",
+            Acc::F16 => "f16",
+        }
+    }
+}

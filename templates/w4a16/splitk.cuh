@@ -1,0 +1,31 @@
+// Split-K across blocks, deterministically. Every split of an output tile stores its f32 partial
+// in the workspace; the block that arrives last at the tile's counter sums all partials in split
+// order (float atomics would make the result depend on timing) and writes Y.
+// Workspace: [SPLIT_K][M][N] partials, then one u32 counter per output tile. Counters must be
+// zero before the first launch (allocate zeroed); the reducing block sets its counter back to 0.
+
+// Call with every thread of the block, after the block's partial stores.
+// Returns true in the block that must reduce the tile.
+__device__ __forceinline__ bool splitk_arrive(u32* counter, int splits) {
+    __shared__ bool last;
+    __threadfence();  // release: this block's partials are visible before its ticket
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1u) == (u32)(splits - 1);
+        if (last) *counter = 0;  // every split has arrived: nobody else touches it in this launch
+    }
+    __syncthreads();
+    __threadfence();  // acquire: order the ticket before reading the other splits' partials
+    return last;
+}
+
+// One element's partials summed in split order, read past L1 (other SMs wrote them).
+__device__ __forceinline__ float splitk_sum(const float* ws, size_t stride, int splits, size_t idx) {
+    float s = 0.0f;
+    for (int i = 0; i < splits; ++i) {
+        float v;
+        asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(ws + i * stride + idx));
+        s += v;
+    }
+    return s;
+}
