@@ -1,5 +1,6 @@
 //! The launcher a `#[kernel]` signature expands to: same name, visibility and docs, a `&Kernels` first
-//! argument, the registration of its source, and one typed `arg` push per parameter.
+//! argument and one typed `arg` push per parameter, next to a module of the same name that registers
+//! the source.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -31,29 +32,40 @@ pub fn launcher(sig: &Signature, options: &Options, launch: Launch, source: &Loa
     let pushes = sig.args.iter().filter_map(|arg| {
         let ident = &arg.ident;
         match arg.kind {
-            Kind::Buffer { .. } => Some(quote!(launch.arg(#ident);)),
-            Kind::Scalar(_) => Some(quote!(launch.arg(&#ident);)),
+            Kind::Buffer { .. } => Some(quote!(::kdtree_jit::kernel::PushKernelArg::arg(&mut launch, #ident);)),
+            Kind::Scalar(_) => Some(quote!(::kdtree_jit::kernel::PushKernelArg::arg(&mut launch, &#ident);)),
             Kind::Config => None,
         }
     });
+    let (ident, vis) = (&sig.item.sig.ident, &sig.item.vis);
+    let doc = format!("The registration of the `#[kernel]` [`{name}`](fn@{name}).");
+    // A module of the launcher's name (modules and fns live in different namespaces) holds the
+    // registration as a static: naming `name::KERNEL` links it into a program, which also keeps the
+    // inventory entry that the linker would drop with an unreferenced object file.
+    let registration = quote! {
+        #[doc = #doc]
+        #vis mod #ident {
+            pub static KERNEL: ::kdtree_jit::kernel::KernelDef = ::kdtree_jit::kernel::KernelDef {
+                name: #name,
+                path: ::core::module_path!(),
+                origin: #origin,
+                source: #embed,
+                params: &[#(#params),*],
+            };
+            ::kdtree_jit::kernel::inventory::submit!(::kdtree_jit::kernel::Registered(&KERNEL));
+        }
+    };
     let body = quote!({
-        const KERNEL: ::kdtree_jit::kernel::KernelDef = ::kdtree_jit::kernel::KernelDef {
-            name: #name,
-            path: ::core::concat!(::core::module_path!(), "::", #name),
-            origin: #origin,
-            source: #embed,
-            params: &[#(#params),*],
-        };
-        ::kdtree_jit::kernel::inventory::submit!(KERNEL);
         let config: ::kdtree_jit::kernel::LaunchConfig = #config;
-        let mut launch = kernels.launcher(&KERNEL)?;
+        let mut launch = kernels.launcher(&#ident::KERNEL)?;
         #(#pushes)*
         // SAFETY: #[kernel] compared this argument list with the CUDA kernel's parameters at compile time;
         // the caller of this `unsafe fn` vouches that the buffers are as long as the kernel indexes them.
         unsafe { launch.launch(config) }?;
         ::core::result::Result::Ok(())
     });
-    signature_with(sig, body)
+    let launcher = signature_with(sig, body);
+    quote!(#registration #launcher)
 }
 
 /// The launcher's signature around `body`; with an `unreachable!` body it keeps callers compiling while

@@ -23,7 +23,7 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         Err(error) => {
             let (error, stand_in) =
                 (error.to_compile_error(), generate::signature_with(&sig, quote!({ ::core::unreachable!() })));
-            quote!(#error #stand_in)
+            quote!(#error #[allow(unused_variables)] #stand_in)
         }
     }
 }
@@ -76,9 +76,10 @@ mod tests {
             "pubunsafefnscale(kernels:&::kdtree_jit::kernel::Kernels,x:&CudaSlice<f32>,out:&mutCudaSlice<f32>,n:u32,k:f32)->::kdtree_jit::Result<()>",
             r#"::core::include_str!(::core::concat!(::core::env!("CARGO_MANIFEST_DIR"),"/","tests/kernel/scale.cu"))"#,
             r#"origin:"tests/kernel/scale.cu""#,
-            "::kdtree_jit::kernel::inventory::submit!(KERNEL);",
+            "::kdtree_jit::kernel::inventory::submit!(::kdtree_jit::kernel::Registered(&KERNEL));",
+            "kernels.launcher(&scale::KERNEL)?",
             "::kdtree_jit::kernel::launch_config(n.div_ceil(256),256,0)",
-            "launch.arg(x);launch.arg(out);launch.arg(&n);launch.arg(&k);",
+            "::kdtree_jit::kernel::PushKernelArg::arg(&mutlaunch,x);::kdtree_jit::kernel::PushKernelArg::arg(&mutlaunch,out);::kdtree_jit::kernel::PushKernelArg::arg(&mutlaunch,&n);::kdtree_jit::kernel::PushKernelArg::arg(&mutlaunch,&k);",
         ] {
             assert!(out.contains(expected), "missing {expected} in {out}");
         }
@@ -93,7 +94,7 @@ mod tests {
             ),
         );
         assert!(out.contains("letconfig:::kdtree_jit::kernel::LaunchConfig=cfg;"), "{out}");
-        assert!(out.contains("launch.arg(out);") && !out.contains("launch.arg(cfg)"), "{out}");
+        assert!(out.contains("arg(&mutlaunch,out);") && !out.contains("arg(&mutlaunch,cfg)"), "{out}");
     }
 
     #[test]

@@ -1,0 +1,51 @@
+// RMSNorm, one block per row: out = x / sqrt(mean(x^2) + eps) * weight, in f32 as the engine's CPU op.
+// The row is read twice (sum of squares, then scale); the second read hits L1/L2, so HBM sees it once.
+
+// float4 loads need 16-byte alignment of every row: true when cols % 4 == 0 and the buffers are aligned.
+__device__ __forceinline__ bool vectorizable(const void* a, const void* b, const void* c, unsigned int cols) {
+    return cols % 4 == 0 && ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b)
+                               | reinterpret_cast<unsigned long long>(c)) & 15) == 0;
+}
+
+// Sum over the block; blockDim.x is a multiple of 32, at most 1024.
+__device__ float block_sum(float v) {
+    __shared__ float partial[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+    __syncthreads();
+    // Every warp reduces the per-warp partials, so every thread gets the total.
+    const unsigned int lane = threadIdx.x % 32;
+    v = lane < blockDim.x / 32 ? partial[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+extern "C" __global__ void __launch_bounds__(1024) rmsnorm(
+    const float* __restrict__ x, const float* __restrict__ weight, float* __restrict__ out,
+    unsigned int rows, unsigned int cols, float eps) {
+    const unsigned int row = blockIdx.x;
+    if (row >= rows) return;
+    const float* xr = x + (size_t)row * cols;
+    float* outr = out + (size_t)row * cols;
+    const bool vec = vectorizable(xr, weight, outr, cols);
+    float ss = 0.0f;
+    if (vec) {
+        for (unsigned int i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+            const float4 v = reinterpret_cast<const float4*>(xr)[i];
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+    } else {
+        for (unsigned int i = threadIdx.x; i < cols; i += blockDim.x) ss += xr[i] * xr[i];
+    }
+    // 1 / sqrtf rather than rsqrtf: both correctly rounded, as the CPU reference's 1.0 / sqrt.
+    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)cols + eps);
+    if (vec) {
+        for (unsigned int i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+            const float4 v = reinterpret_cast<const float4*>(xr)[i];
+            const float4 w = reinterpret_cast<const float4*>(weight)[i];
+            reinterpret_cast<float4*>(outr)[i] = make_float4(v.x * inv * w.x, v.y * inv * w.y, v.z * inv * w.z, v.w * inv * w.w);
+        }
+    } else {
+        for (unsigned int i = threadIdx.x; i < cols; i += blockDim.x) outr[i] = xr[i] * inv * weight[i];
+    }
+}

@@ -1,0 +1,80 @@
+//! Safe entry points: the engine's CPU op signatures (`engine/src/ops/cpu`) on device buffers, each
+//! checking the lengths its kernel relies on ([`crate::shape`]) before launching it.
+
+use cudarc::driver::CudaSlice;
+use kdtree_jit::kernel::Kernels;
+
+use crate::error::Result;
+use crate::{launch, shape};
+
+/// Rows of `weight.len()`: `out = x / sqrt(mean(x²) + eps) * weight`.
+pub fn rmsnorm(
+    k: &Kernels,
+    x: &CudaSlice<f32>,
+    weight: &CudaSlice<f32>,
+    eps: f32,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let (rows, cols) = shape::rows("rmsnorm", x.len(), weight.len())?;
+    shape::same("rmsnorm", "x and out", x.len(), out.len())?;
+    // SAFETY: x and out hold rows * cols values, weight cols.
+    unsafe { launch::rmsnorm(k, x, weight, out, rows, cols, eps) }?;
+    Ok(())
+}
+
+/// `out = silu(gate) * up`, element-wise.
+pub fn silu_mul(k: &Kernels, gate: &CudaSlice<f32>, up: &CudaSlice<f32>, out: &mut CudaSlice<f32>) -> Result<()> {
+    shape::same("silu_mul", "gate and up", gate.len(), up.len())?;
+    shape::same("silu_mul", "gate and out", gate.len(), out.len())?;
+    let n = shape::count("silu_mul", "n", gate.len())?;
+    // SAFETY: the three buffers hold n values.
+    unsafe { launch::silu_mul(k, gate, up, out, n) }?;
+    Ok(())
+}
+
+/// Rotates adjacent pairs of every head of `x` ([rows, heads, head_dim], row r at `positions[r]`) in
+/// place; `cos`/`sin` are `[max_pos, head_dim / 2]`.
+pub fn rope_interleaved(
+    k: &Kernels,
+    x: &mut CudaSlice<f32>,
+    head_dim: usize,
+    positions: &[usize],
+    cos: &CudaSlice<f32>,
+    sin: &CudaSlice<f32>,
+) -> Result<()> {
+    let (rows, heads, head_dim, positions) = shape::rope(x.len(), head_dim, positions, (cos.len(), sin.len()))?;
+    let positions = k.stream().clone_htod(&positions)?;
+    // SAFETY: x is [rows, heads, head_dim]; every position is below the tables' rows.
+    unsafe { launch::rope_interleaved(k, x, &positions, cos, sin, rows, heads, head_dim) }?;
+    Ok(())
+}
+
+/// Row-wise softmax over rows of `cols`, in place.
+pub fn softmax(k: &Kernels, x: &mut CudaSlice<f32>, cols: usize) -> Result<()> {
+    let (rows, cols) = shape::rows("softmax", x.len(), cols)?;
+    // SAFETY: x holds rows * cols values.
+    unsafe { launch::softmax(k, x, rows, cols) }?;
+    Ok(())
+}
+
+/// Row-wise index of the largest value into `out` (one per row); ties go to the lowest index.
+pub fn argmax(k: &Kernels, x: &CudaSlice<f32>, cols: usize, out: &mut CudaSlice<u32>) -> Result<()> {
+    let (rows, cols) = shape::rows("argmax", x.len(), cols)?;
+    shape::same("argmax", "out and the rows of x", out.len(), rows as usize)?;
+    // SAFETY: x holds rows * cols values, out rows.
+    unsafe { launch::argmax(k, x, out, rows, cols) }?;
+    Ok(())
+}
+
+/// Copies row `ids[i]` of `table` ([vocab, dim]) to row `i` of `out`; an id past the table is an error.
+pub fn embedding(k: &Kernels, table: &CudaSlice<f32>, dim: usize, ids: &[u32], out: &mut CudaSlice<f32>) -> Result<()> {
+    let (vocab, dim) = shape::embedding(table.len(), dim, ids, out.len())?;
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let n = shape::count("embedding", "ids", ids.len())?;
+    let device_ids = k.stream().clone_htod(ids)?;
+    // SAFETY: every id is below vocab; out holds n * dim values.
+    unsafe { launch::embedding(k, table, &device_ids, out, n, vocab, dim) }?;
+    Ok(())
+}

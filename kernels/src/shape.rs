@@ -1,0 +1,97 @@
+//! The length checks each safe op makes before launching, as pure functions of buffer lengths so that
+//! they are tested without a GPU. Each returns the kernel's `unsigned int` size arguments.
+
+use crate::error::{Error, Result};
+
+fn ensure(op: &'static str, ok: bool, reason: impl FnOnce() -> String) -> Result<()> {
+    if ok { Ok(()) } else { Err(Error::Shape { op, reason: reason() }) }
+}
+
+fn to_u32(op: &'static str, what: &str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::Shape { op, reason: format!("{what} = {n} does not fit in 32 bits") })
+}
+
+/// `x` is whole rows of `cols`; returns (rows, cols).
+pub fn rows(op: &'static str, x: usize, cols: usize) -> Result<(u32, u32)> {
+    ensure(op, cols > 0 && x % cols == 0, || format!("{x} values are not rows of {cols}"))?;
+    Ok((to_u32(op, "rows", x / cols)?, to_u32(op, "cols", cols)?))
+}
+
+/// Buffers that must have the same length.
+pub fn same(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> {
+    ensure(op, a == b, || format!("{what} hold {a} and {b} values"))
+}
+
+pub fn count(op: &'static str, what: &str, n: usize) -> Result<u32> {
+    to_u32(op, what, n)
+}
+
+/// x [rows, heads, head_dim] against `rows` positions and [max_pos, head_dim / 2] tables; returns
+/// (rows, heads, head_dim, positions) as u32.
+pub fn rope(
+    x: usize,
+    head_dim: usize,
+    positions: &[usize],
+    table: (usize, usize),
+) -> Result<(u32, u32, u32, Vec<u32>)> {
+    let (op, rows, half) = ("rope_interleaved", positions.len(), head_dim / 2);
+    ensure(op, head_dim > 0 && head_dim % 2 == 0, || format!("head_dim {head_dim} is not a positive even number"))?;
+    ensure(op, rows > 0 && x % (rows * head_dim) == 0, || {
+        format!("x holds {x} values, not {rows} rows of heads of {head_dim}")
+    })?;
+    let (cos, sin) = table;
+    ensure(op, cos == sin && cos % half == 0, || format!("cos ({cos}) and sin ({sin}) are not [max_pos, {half}]"))?;
+    let max = cos / half;
+    if let Some(&position) = positions.iter().find(|&&p| p >= max) {
+        return Err(Error::PositionOutOfRange { position, max });
+    }
+    let heads = x / (rows * head_dim);
+    // The kernel's grid covers every pair with a u32 count.
+    to_u32(op, "rows * heads * head_dim / 2", rows * heads * half)?;
+    let positions = positions.iter().map(|&p| to_u32(op, "position", p)).collect::<Result<_>>()?;
+    Ok((to_u32(op, "rows", rows)?, to_u32(op, "heads", heads)?, to_u32(op, "head_dim", head_dim)?, positions))
+}
+
+/// Every id below the table's rows; returns (vocab, dim).
+pub fn embedding(table: usize, dim: usize, ids: &[u32], out: usize) -> Result<(u32, u32)> {
+    let op = "embedding";
+    ensure(op, dim > 0 && table % dim == 0, || format!("table holds {table} values, not rows of {dim}"))?;
+    ensure(op, out == ids.len() * dim, || {
+        format!("out holds {out}, {} ids x {dim} need {}", ids.len(), ids.len() * dim)
+    })?;
+    let vocab = table / dim;
+    if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(Error::TokenOutOfRange { id, vocab });
+    }
+    Ok((to_u32(op, "vocab", vocab)?, to_u32(op, "dim", dim)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_must_be_whole_and_nonempty() {
+        assert_eq!(rows("t", 12, 4).unwrap(), (3, 4));
+        assert!(matches!(rows("t", 10, 4), Err(Error::Shape { .. })));
+        assert!(matches!(rows("t", 0, 0), Err(Error::Shape { .. })));
+        assert!(matches!(rows("t", 1 << 33, 1), Err(Error::Shape { .. })));
+    }
+
+    #[test]
+    fn rope_checks_head_dim_table_and_positions() {
+        // 2 rows of 3 heads of 4; tables of 10 positions x 2.
+        assert_eq!(rope(24, 4, &[0, 9], (20, 20)).unwrap(), (2, 3, 4, vec![0, 9]));
+        assert!(matches!(rope(24, 4, &[0, 10], (20, 20)), Err(Error::PositionOutOfRange { position: 10, max: 10 })));
+        assert!(matches!(rope(24, 3, &[0, 1], (20, 20)), Err(Error::Shape { .. })));
+        assert!(matches!(rope(24, 4, &[0, 1], (20, 18)), Err(Error::Shape { .. })));
+        assert!(matches!(rope(20, 4, &[0, 1], (20, 20)), Err(Error::Shape { .. })));
+    }
+
+    #[test]
+    fn embedding_rejects_ids_past_the_table() {
+        assert_eq!(embedding(6, 2, &[2, 0], 4).unwrap(), (3, 2));
+        assert!(matches!(embedding(6, 2, &[3, 0], 4), Err(Error::TokenOutOfRange { id: 3, vocab: 3 })));
+        assert!(matches!(embedding(6, 2, &[1], 4), Err(Error::Shape { .. })));
+    }
+}

@@ -1,0 +1,20 @@
+//! Without a GPU: every kernel of this crate is registered and compiles under NVRTC for Hopper (sm_90)
+//! and consumer Blackwell (sm_120).
+
+use kdtree_jit::Arch;
+use kdtree_jit::kernel::registered;
+
+#[test]
+fn every_kernel_is_registered_and_compiles_for_sm90_and_sm120() {
+    let ours = kdtree_kernels::launch::all();
+    let names: Vec<&str> = ours.iter().map(|d| d.name).collect();
+    assert_eq!(names, ["rmsnorm", "silu_mul", "rope_interleaved", "softmax", "argmax", "embedding"]);
+    let all = registered();
+    for def in ours {
+        assert!(all.iter().any(|d| std::ptr::eq(*d, def)), "{} is not registered", def.path);
+        for arch in [Arch(90), Arch(120)] {
+            let compiled = def.compile(arch, None).unwrap_or_else(|e| panic!("{} for {arch}: {e}", def.path));
+            assert!(!compiled.cubin.is_empty() && compiled.name == def.name, "{} for {arch}", def.path);
+        }
+    }
+}

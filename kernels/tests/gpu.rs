@@ -1,0 +1,136 @@
+//! Each kernel against the engine's CPU op on random shapes (including ones that are not multiples of
+//! the block or of 4) and random data. Tolerances, as max |gpu - cpu| / (1 + |cpu|):
+//! - rmsnorm 2e-5 and softmax 1e-5: the GPU sums in a tree, the CPU left to right; the difference of the
+//!   two orders is a few ε·√n (ε = 2⁻²⁴, n ≤ 4096 terms), and the norm's square root halves it.
+//! - silu_mul 1e-6: CUDA's expf is within 2 ulp of the correctly rounded value Rust's exp gives.
+//! - rope 1e-6: one product pair, which the GPU may fuse into an FMA (one rounding fewer).
+//! - argmax and embedding: exact; they only compare and copy.
+
+mod common;
+
+use common::{kernels, max_error};
+use kdtree_engine::ops::cpu;
+use proptest::prelude::*;
+
+fn config() -> ProptestConfig {
+    ProptestConfig { cases: 48, ..ProptestConfig::default() }
+}
+
+fn values(len: usize, scale: f32, seed: u64) -> Vec<f32> {
+    // A cheap, seeded, well-spread sequence: proptest picks the seed, the shape decides the length.
+    let mut s = seed | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn rmsnorm_matches_the_cpu(rows in 1usize..9, cols in 1usize..4097, seed: u64) {
+        let (x, w) = (values(rows * cols, 4.0, seed), values(cols, 2.0, !seed));
+        let mut want = vec![0.0; x.len()];
+        cpu::rmsnorm(&x, &w, 1e-6, &mut want);
+        let k = kernels();
+        let (dx, dw) = (k.stream().clone_htod(&x).unwrap(), k.stream().clone_htod(&w).unwrap());
+        let mut out = k.stream().alloc_zeros::<f32>(x.len()).unwrap();
+        kdtree_kernels::rmsnorm(k, &dx, &dw, 1e-6, &mut out).unwrap();
+        let got = k.stream().clone_dtoh(&out).unwrap();
+        prop_assert!(max_error(&got, &want) <= 2e-5, "error {}", max_error(&got, &want));
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn silu_mul_matches_the_cpu(n in 1usize..20_000, seed: u64) {
+        let (gate, up) = (values(n, 20.0, seed), values(n, 3.0, !seed));
+        let mut want = vec![0.0; n];
+        cpu::silu_mul(&gate, &up, &mut want);
+        let k = kernels();
+        let (dg, du) = (k.stream().clone_htod(&gate).unwrap(), k.stream().clone_htod(&up).unwrap());
+        let mut out = k.stream().alloc_zeros::<f32>(n).unwrap();
+        kdtree_kernels::silu_mul(k, &dg, &du, &mut out).unwrap();
+        let got = k.stream().clone_dtoh(&out).unwrap();
+        prop_assert!(max_error(&got, &want) <= 1e-6, "error {}", max_error(&got, &want));
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn rope_interleaved_matches_the_cpu(
+        positions in proptest::collection::vec(0usize..64, 1..9), heads in 1usize..5, half in 1usize..65, seed: u64,
+    ) {
+        let head_dim = 2 * half;
+        let inv_freq: Vec<f64> = (0..half).map(|i| 10000f64.powf(-(i as f64) / half as f64)).collect();
+        let table = cpu::RopeTable::new(&inv_freq, 64, 1.0);
+        let x = values(positions.len() * heads * head_dim, 4.0, seed);
+        let mut want = x.clone();
+        cpu::rope_interleaved(&mut want, head_dim, &positions, &table.cos, &table.sin);
+        let k = kernels();
+        let mut dx = k.stream().clone_htod(&x).unwrap();
+        let (cos, sin) = (k.stream().clone_htod(&table.cos).unwrap(), k.stream().clone_htod(&table.sin).unwrap());
+        kdtree_kernels::rope_interleaved(k, &mut dx, head_dim, &positions, &cos, &sin).unwrap();
+        let got = k.stream().clone_dtoh(&dx).unwrap();
+        prop_assert!(max_error(&got, &want) <= 1e-6, "error {}", max_error(&got, &want));
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn softmax_matches_the_cpu(rows in 1usize..9, cols in 1usize..4097, seed: u64) {
+        let x = values(rows * cols, 30.0, seed);
+        let mut want = x.clone();
+        cpu::softmax(&mut want, cols);
+        let k = kernels();
+        let mut dx = k.stream().clone_htod(&x).unwrap();
+        kdtree_kernels::softmax(k, &mut dx, cols).unwrap();
+        let got = k.stream().clone_dtoh(&dx).unwrap();
+        prop_assert!(max_error(&got, &want) <= 1e-5, "error {}", max_error(&got, &want));
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn argmax_matches_the_cpu_with_ties_and_nans(rows in 1usize..9, cols in 1usize..20_000, seed: u64, nans in 0usize..4) {
+        // Few distinct values, so that ties are common; some NaNs, which never win.
+        let mut x: Vec<f32> = values(rows * cols, 8.0, seed).iter().map(|v| v.round()).collect();
+        for i in 0..nans {
+            let at = (seed as usize).wrapping_mul(i + 1) % x.len();
+            x[at] = f32::NAN;
+        }
+        let want = cpu::argmax(&x, cols);
+        let k = kernels();
+        let dx = k.stream().clone_htod(&x).unwrap();
+        let mut out = k.stream().alloc_zeros::<u32>(rows).unwrap();
+        kdtree_kernels::argmax(k, &dx, cols, &mut out).unwrap();
+        prop_assert_eq!(k.stream().clone_dtoh(&out).unwrap(), want);
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn embedding_matches_the_cpu(vocab in 1usize..300, dim in 1usize..700, ids in proptest::collection::vec(any::<u32>(), 1..20), seed: u64) {
+        let ids: Vec<u32> = ids.iter().map(|&i| i % vocab as u32).collect();
+        let table = values(vocab * dim, 1.0, seed);
+        let mut want = vec![0.0; ids.len() * dim];
+        cpu::embedding(&table, dim, &ids, &mut want).unwrap();
+        let k = kernels();
+        let dt = k.stream().clone_htod(&table).unwrap();
+        let mut out = k.stream().alloc_zeros::<f32>(want.len()).unwrap();
+        kdtree_kernels::embedding(k, &dt, dim, &ids, &mut out).unwrap();
+        prop_assert_eq!(k.stream().clone_dtoh(&out).unwrap(), want);
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn an_out_of_range_token_is_an_error_as_on_the_cpu() {
+    let k = kernels();
+    let table = k.stream().clone_htod(&[0.0f32; 6]).unwrap();
+    let mut out = k.stream().alloc_zeros::<f32>(4).unwrap();
+    let err = kdtree_kernels::embedding(k, &table, 2, &[3, 0], &mut out).unwrap_err();
+    assert!(matches!(err, kdtree_kernels::Error::TokenOutOfRange { id: 3, vocab: 3 }), "{err}");
+    assert!(cpu::embedding(&[0.0; 6], 2, &[3, 0], &mut [0.0; 4]).is_err());
+}
