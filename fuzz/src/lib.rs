@@ -1,1 +1,40 @@
-//! Property-based fuzzing of W4A16 variants against the CPU reference (tests/).
+//! Property-based fuzzing of the W4A16 variant space against the CPU reference.
+//!
+//! | test | what | where it runs |
+//! |---|---|---|
+//! | `tests/layout.rs` | every valid variant's weight layout round-trips on random shapes | CI (CPU) |
+//! | `tests/gpu.rs` | every valid variant matches `kdtree_quant::reference` on random M, N, K, data | a GPU (`--ignored`) |
+
+use kdtree_jit::w4a16::{Algo, W4a16};
+use proptest::prelude::*;
+
+/// Random (M, N, K) that `v` supports, mostly not multiples of its tiles: M in 1..=bm for gemv
+/// and 1..=3 bm for mma (so partial and several row blocks), N in 1..=300 (partial 64-column
+/// tiles), K any multiple of the group size up to 40 groups (partial bk steps).
+pub fn shapes(v: &W4a16) -> impl Strategy<Value = (usize, usize, usize)> + use<> {
+    let max_m = match v.algo {
+        Algo::Gemv => v.bm as usize,
+        Algo::Mma => 3 * v.bm as usize,
+    };
+    let group = v.group_size as usize;
+    (1..=max_m, 1usize..=300, 1usize..=40).prop_map(move |(m, n, groups)| (m, n, groups * group))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kdtree_jit::{Arch, Target, Variant};
+    use proptest::test_runner::TestRunner;
+
+    #[test]
+    fn shapes_are_supported_by_their_variant() {
+        for v in W4a16::valid(&Target { arch: Arch(90) }) {
+            TestRunner::deterministic()
+                .run(&shapes(&v), |(m, n, k)| {
+                    prop_assert!(kdtree_jit::w4a16::supports(&v, m, n, k), "{} {m}x{n}x{k}", v.name());
+                    Ok(())
+                })
+                .unwrap();
+        }
+    }
+}

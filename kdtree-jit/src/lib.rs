@@ -51,6 +51,7 @@ pub mod render;
 pub mod runtime;
 mod sys;
 pub mod variant;
+pub mod w4a16;
 
 pub use arch::Arch;
 pub use cache::Cache;

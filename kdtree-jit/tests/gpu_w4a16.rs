@@ -1,0 +1,40 @@
+//! W4A16 variants on a GPU against the CPU reference, on shapes that are not multiples of any
+//! tile. Run on a GPU machine: `cargo test --release -p kdtree-jit --test gpu_w4a16 -- --ignored`.
+
+use std::collections::HashSet;
+
+use kdtree_jit::w4a16::{self, Problem, W4a16};
+use kdtree_jit::{Gpu, Target, Variant, compile_variant};
+
+/// (M, N, K in groups): odd N, M across tile boundaries, K not a multiple of bk for groups 32/64.
+const SHAPES: [(usize, usize, usize); 4] = [(1, 200, 13), (3, 328, 37), (37, 520, 16), (130, 136, 6)];
+
+#[test]
+#[ignore = "needs a GPU"]
+fn every_algo_group_dtype_and_acc_matches_the_reference() {
+    let gpu = Gpu::open(0).expect("a GPU");
+    let valid = W4a16::valid(&Target { arch: gpu.arch });
+    // Per (algo, dtype, group, acc): the first variant without and the first with split-K.
+    let mut seen = HashSet::new();
+    let picked: Vec<W4a16> =
+        valid.into_iter().filter(|v| seen.insert((v.algo, v.dtype, v.group_size, v.acc, v.split_k > 1))).collect();
+    let mut failures = Vec::new();
+    for v in &picked {
+        let f = gpu.load(&compile_variant(v, gpu.arch, None).expect("compiles")).expect("loads");
+        for (i, &(m, n, groups)) in SHAPES.iter().enumerate() {
+            let k = groups * v.group_size as usize;
+            if !w4a16::supports(v, m, n, k) {
+                continue;
+            }
+            let p = Problem::random(m, n, k, v.group_size as usize, v.dtype, i as u64).expect("problem");
+            let y = w4a16::gemm_host(&gpu, &f, v, &p.x, m, &p.w).expect("runs");
+            let err = p.error(v.dtype, &y);
+            println!("{:60} m={m:4} n={n:4} k={k:5} error {err:.2e}", v.name());
+            if err > w4a16::tolerance(v) {
+                failures.push(format!("{} at {m}x{n}x{k}: {err:.2e} > {:.2e}", v.name(), w4a16::tolerance(v)));
+            }
+        }
+    }
+    assert_eq!(picked.len(), 36, "2 algos x 3 (dtype, acc) x 3 groups x with/without split-K");
+    assert!(failures.is_empty(), "{failures:#?}");
+}
