@@ -1,0 +1,119 @@
+//! `kdtree-jit compile`: every valid variant, in parallel, through the cubin cache.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use kdtree_jit::cache::CACHE_DIR_ENV;
+use kdtree_jit::compile::Report;
+use kdtree_jit::w4a16::W4a16;
+use kdtree_jit::{Arch, Cache, Target, Variant, compile_all, nvrtc_version};
+use serde::Serialize;
+
+/// Compile every variant valid on an arch with NVRTC (no GPU needed) and print each one's registers,
+/// spills, shared memory and compile time. Exits non-zero if any variant fails, printing NVRTC's log.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Arch to compile for, as sm_120 or 120 [default: GPU 0's].
+    #[arg(long)]
+    arch: Option<Arch>,
+    /// Only variants whose name contains this.
+    #[arg(long, value_name = "SUBSTR")]
+    filter: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Cubin cache directory [default: the user's cache dir, kdtree/cubin].
+    #[arg(long, env = CACHE_DIR_ENV, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Compile everything afresh, neither reading nor writing the cache.
+    #[arg(long)]
+    no_cache: bool,
+}
+
+#[derive(Serialize)]
+struct Summary {
+    arch: Arch,
+    nvrtc: String,
+    wall_ms: f64,
+    compiled: Vec<Report>,
+    errors: Vec<Failure>,
+}
+
+#[derive(Serialize)]
+struct Failure {
+    variant: String,
+    error: String,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let arch = super::arch_or_device(args.arch)?;
+    let cache = match args.no_cache {
+        true => None,
+        false => Some(Cache::open(&args.cache_dir.clone().unwrap_or_else(Cache::default_dir))?),
+    };
+    let filter = args.filter.as_deref().unwrap_or_default();
+    let variants: Vec<W4a16> =
+        W4a16::valid(&Target { arch }).into_iter().filter(|v| v.name().contains(filter)).collect();
+
+    let bar = ProgressBar::new(variants.len() as u64).with_style(
+        ProgressStyle::with_template("compiling {pos}/{len} {wide_bar} {elapsed} (eta {eta})")
+            .expect("a valid template"),
+    );
+    let start = Instant::now();
+    let results = compile_all(&variants, arch, cache.as_ref(), |done| bar.set_position(done as u64));
+    bar.finish_and_clear();
+    let wall = start.elapsed();
+
+    let (mut compiled, mut errors) = (Vec::new(), Vec::new());
+    for (v, result) in results {
+        match result {
+            Ok(c) => compiled.push(Report::from(&c)),
+            Err(e) => errors.push(Failure { variant: v.name(), error: e.to_string() }),
+        }
+    }
+    let (major, minor) = nvrtc_version()?;
+    let summary =
+        Summary { arch, nvrtc: format!("{major}.{minor}"), wall_ms: wall.as_secs_f64() * 1e3, compiled, errors };
+    if args.json {
+        super::emit(&(serde_json::to_string_pretty(&summary)? + "\n"))?;
+    } else {
+        print_human(&summary)?;
+    }
+    Ok(if summary.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn print_human(s: &Summary) -> anyhow::Result<()> {
+    let rows: Vec<Vec<String>> = s
+        .compiled
+        .iter()
+        .map(|r| {
+            vec![
+                r.name.clone(),
+                r.stats.registers.to_string(),
+                format!("{}/{}", r.stats.spill_stores, r.stats.spill_loads),
+                r.stats.shared_bytes.to_string(),
+                format!("{:.0}", r.compile_ms),
+                if r.cached { "yes" } else { "no" }.into(),
+            ]
+        })
+        .collect();
+    let header = ["variant", "registers", "spill st/ld B", "static smem B", "ms", "cached"];
+    super::emit(&super::table(&header, &rows))?;
+    for r in s.compiled.iter().filter(|r| r.cache_error.is_some()) {
+        eprintln!("cache: {}", r.cache_error.as_deref().unwrap_or_default());
+    }
+    for f in &s.errors {
+        eprintln!("\n{}: {}", f.variant, f.error);
+    }
+    let cached = s.compiled.iter().filter(|r| r.cached).count();
+    super::emit(&format!(
+        "{} variants for {} (NVRTC {}) in {:.1} s, {cached} from the cache, {} errors\n",
+        s.compiled.len() + s.errors.len(),
+        s.arch,
+        s.nvrtc,
+        s.wall_ms / 1e3,
+        s.errors.len()
+    ))
+}

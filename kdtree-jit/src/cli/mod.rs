@@ -1,0 +1,83 @@
+//! The command line: one module per subcommand.
+
+mod compile;
+mod list;
+mod render;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use kdtree_jit::{Arch, Gpu, probe};
+
+const ENVIRONMENT: &str = "\
+Environment:
+  KDTREE_NVRTC_DIR   directory holding libnvrtc.so.13 (or a `pip install --target` root); same as --nvrtc
+  KDTREE_CACHE_DIR   where compiled cubins are cached; same as --cache-dir
+Without --nvrtc, NVRTC is looked for in the workspace's target/nvrtc, then on the system loader path.";
+
+/// Declared W4A16 GEMM variants: list them, render them to CUDA, compile them with NVRTC.
+#[derive(Debug, Parser)]
+#[command(name = "kdtree-jit", version, after_help = ENVIRONMENT)]
+pub struct Cli {
+    /// Directory holding libnvrtc.so.13, or a `pip install --target` root.
+    #[arg(long, global = true, env = probe::NVRTC_DIR_ENV, value_name = "DIR")]
+    nvrtc: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    List(list::Args),
+    Render(render::Args),
+    Compile(compile::Args),
+    // `tune` and `bench` (src/cli/{tune,bench}.rs) go here, and in `run` below.
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::List(args) => list::run(&args),
+        Command::Render(args) => render::run(&args),
+        Command::Compile(args) => {
+            probe::load_nvrtc(cli.nvrtc.as_deref())?;
+            compile::run(&args)
+        } // `tune` and `bench` dispatch here.
+    }
+}
+
+/// Writes to stdout; an error (say, a closed pipe: `kdtree-jit list | head`) is returned, not a panic.
+fn emit(text: &str) -> anyhow::Result<()> {
+    std::io::stdout().lock().write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// `--arch`, or else the arch of GPU 0.
+fn arch_or_device(arch: Option<Arch>) -> anyhow::Result<Arch> {
+    match arch {
+        Some(arch) => Ok(arch),
+        None => Ok(Gpu::open(0).context("no --arch given and no GPU to take it from")?.arch),
+    }
+}
+
+/// Left-aligned columns, two spaces apart, with a header.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let padded: Vec<String> = cells.zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        padded.join("  ").trim_end().to_owned() + "\n"
+    };
+    let mut out = line(&mut header.iter().copied());
+    for row in rows {
+        out += &line(&mut row.iter().map(String::as_str));
+    }
+    out
+}

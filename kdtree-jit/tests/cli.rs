@@ -1,0 +1,78 @@
+//! The `kdtree-jit` binary, run as a user runs it.
+
+use std::process::{Command, Output};
+
+use kdtree_jit::w4a16::W4a16;
+use kdtree_jit::{Arch, Target, Variant};
+
+fn kdtree_jit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kdtree-jit")).args(args).env_remove("KDTREE_NVRTC_DIR").output().unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+#[test]
+fn help_names_every_environment_variable() {
+    let help = stdout(&kdtree_jit(&["--help"]));
+    assert!(help.contains("KDTREE_NVRTC_DIR") && help.contains("KDTREE_CACHE_DIR"), "{help}");
+    for command in ["list", "render", "compile"] {
+        assert!(help.contains(command), "{help}");
+    }
+}
+
+#[test]
+fn list_json_holds_the_valid_variants_and_all_adds_the_invalid_with_reasons() {
+    let valid: serde_json::Value =
+        serde_json::from_str(&stdout(&kdtree_jit(&["list", "--arch", "sm_90", "--json"]))).unwrap();
+    let names: Vec<&str> = valid.as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    let expected: Vec<String> = W4a16::valid(&Target { arch: Arch(90) }).iter().map(Variant::name).collect();
+    assert_eq!(names, expected);
+
+    let all: serde_json::Value =
+        serde_json::from_str(&stdout(&kdtree_jit(&["list", "--arch", "90", "--all", "--json"]))).unwrap();
+    let all = all.as_array().unwrap();
+    assert_eq!(all.len(), W4a16::all().len());
+    assert!(all.iter().all(|v| v["valid"].as_bool().unwrap() == v["reason"].is_null()));
+}
+
+#[test]
+fn render_prints_the_source_and_rejects_unknown_names() {
+    let name = W4a16::valid(&Target { arch: Arch(120) })[0].name();
+    assert!(stdout(&kdtree_jit(&["render", &name])).contains(&format!(" {name}(")));
+    let unknown = kdtree_jit(&["render", "w4a16_nope"]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("`w4a16_nope` is not a w4a16 variant"));
+}
+
+#[test]
+fn compile_prints_json_and_uses_the_cache_on_a_second_run() {
+    let cache = tempfile::tempdir().unwrap();
+    let name = W4a16::valid(&Target { arch: Arch(120) })[0].name();
+    let args =
+        ["compile", "--arch", "sm_120", "--filter", &name, "--json", "--cache-dir", cache.path().to_str().unwrap()];
+    for cached in [false, true] {
+        let summary: serde_json::Value = serde_json::from_str(&stdout(&kdtree_jit(&args))).unwrap();
+        assert_eq!(summary["errors"].as_array().unwrap().len(), 0);
+        let compiled = summary["compiled"].as_array().unwrap();
+        assert_eq!(compiled.len(), 1);
+        assert_eq!(
+            (compiled[0]["name"].as_str().unwrap(), compiled[0]["cached"].as_bool().unwrap()),
+            (name.as_str(), cached)
+        );
+    }
+}
+
+#[test]
+fn compile_with_an_nvrtc_dir_that_lacks_it_fails_saying_where_it_looked() {
+    let empty = tempfile::tempdir().unwrap();
+    let output = kdtree_jit(&["compile", "--arch", "90", "--no-cache", "--nvrtc", empty.path().to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("NVRTC (libnvrtc.so.13) not found") && stderr.contains(&empty.path().display().to_string()),
+        "{stderr}"
+    );
+}
