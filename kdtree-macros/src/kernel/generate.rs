@@ -4,7 +4,7 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use syn::Expr;
+use syn::{Expr, ForeignItemFn};
 
 use super::parse::{Kind, Options, Signature};
 use super::source::Loaded;
@@ -64,15 +64,15 @@ pub fn launcher(sig: &Signature, options: &Options, launch: Launch, source: &Loa
         unsafe { launch.launch(config) }?;
         ::core::result::Result::Ok(())
     });
-    let launcher = signature_with(sig, body);
+    let launcher = signature_with(&sig.item, body);
     quote!(#registration #launcher)
 }
 
 /// The launcher's signature around `body`; with an `unreachable!` body it keeps callers compiling while
 /// the macro reports an error.
-pub fn signature_with(sig: &Signature, body: TokenStream) -> TokenStream {
-    let (attrs, vis) = (&sig.item.attrs, &sig.item.vis);
-    let (ident, inputs) = (&sig.item.sig.ident, &sig.item.sig.inputs);
+pub fn signature_with(item: &ForeignItemFn, body: TokenStream) -> TokenStream {
+    let (attrs, vis) = (&item.attrs, &item.vis);
+    let (ident, inputs) = (&item.sig.ident, &item.sig.inputs);
     quote! {
         #(#attrs)*
         #[allow(clippy::too_many_arguments)]

@@ -9,31 +9,33 @@ mod source;
 
 use proc_macro2::TokenStream;
 use quote::quote;
+use syn::ForeignItemFn;
 
 use generate::Launch;
 use parse::{Kind, Options, Signature};
 
 pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let sig = match Signature::parse(item) {
-        Ok(sig) => sig,
+    let (decl, body) = match parse::declared(item) {
+        Ok(declared) => declared,
         Err(error) => return error.to_compile_error(),
     };
-    match expand_checked(attr, &sig) {
+    match expand_checked(attr, &decl, body) {
         Ok(tokens) => tokens,
         Err(error) => {
             let (error, stand_in) =
-                (error.to_compile_error(), generate::signature_with(&sig, quote!({ ::core::unreachable!() })));
+                (error.to_compile_error(), generate::signature_with(&decl, quote!({ ::core::unreachable!() })));
             quote!(#error #[allow(unused_variables)] #stand_in)
         }
     }
 }
 
-fn expand_checked(attr: TokenStream, sig: &Signature) -> syn::Result<TokenStream> {
+fn expand_checked(attr: TokenStream, decl: &ForeignItemFn, body: Option<syn::Block>) -> syn::Result<TokenStream> {
+    let sig = Signature::new(decl.clone(), body)?;
     let options: Options = syn::parse2(attr)?;
-    let launch = launch(&options, sig)?;
+    let launch = launch(&options, &sig)?;
     let source = source::load(&options)?;
-    check::signature(sig, &source.text)?;
-    Ok(generate::launcher(sig, &options, launch, &source))
+    check::signature(&sig, &source.text)?;
+    Ok(generate::launcher(&sig, &options, launch, &source))
 }
 
 fn launch<'a>(options: &'a Options, sig: &'a Signature) -> syn::Result<Launch<'a>> {

@@ -67,7 +67,8 @@ impl Parse for Options {
             }
         }
         let Some(source) = source else {
-            return Err(input.error(
+            return Err(syn::Error::new(
+                proc_macro2::Span::call_site(),
                 "#[kernel] needs the kernel's CUDA source: `source = \"...\"`, `file = \"path.cu\"` or `template = \"path.cu.tera\"`",
             ));
         };
@@ -177,18 +178,27 @@ pub struct Signature {
 const SUPPORTED: &str = "a #[kernel] argument is `&CudaSlice<T>`, `&mut CudaSlice<T>`, `&CudaView<T>`, \
     `&mut CudaViewMut<T>` with T a primitive number or bool, such a scalar by value, or a `LaunchConfig`";
 
+/// The annotated item as written, and whether it (wrongly) has a body; parsed before anything is
+/// checked, so that an error can still emit a launcher of this signature.
+pub fn declared(item: proc_macro2::TokenStream) -> syn::Result<(ForeignItemFn, Option<syn::Block>)> {
+    match syn::parse2::<ForeignItemFn>(item.clone()) {
+        Ok(item) => Ok((item, None)),
+        Err(error) => match syn::parse2::<syn::ItemFn>(item) {
+            Ok(f) => {
+                let decl = ForeignItemFn { attrs: f.attrs, vis: f.vis, sig: f.sig, semi_token: Default::default() };
+                Ok((decl, Some(*f.block)))
+            }
+            Err(_) => Err(error),
+        },
+    }
+}
+
 impl Signature {
     /// A signature ends in `;`: the body of a kernel is its CUDA source.
-    pub fn parse(item: proc_macro2::TokenStream) -> syn::Result<Signature> {
-        let item: ForeignItemFn = match syn::parse2(item.clone()) {
-            Ok(item) => item,
-            Err(error) => {
-                return Err(match syn::parse2::<syn::ItemFn>(item) {
-                    Ok(f) => syn::Error::new_spanned(f.block, "a #[kernel] fn has no body: end the signature with `;`"),
-                    Err(_) => error,
-                });
-            }
-        };
+    pub fn new(item: ForeignItemFn, body: Option<syn::Block>) -> syn::Result<Signature> {
+        if let Some(body) = body {
+            return Err(syn::Error::new_spanned(body, "a #[kernel] fn has no body: end the signature with `;`"));
+        }
         let sig = &item.sig;
         if let Some(bad) = sig.generics.params.first() {
             return Err(syn::Error::new_spanned(

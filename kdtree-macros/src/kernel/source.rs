@@ -72,14 +72,13 @@ fn render(template: &str, params: &[(Ident, Lit)], lit: &LitStr) -> syn::Result<
         }
     }
     tera::Tera::one_off(template, &context, false).map_err(|e| {
-        // tera's top-level message is generic; the cause chain says which variable or tag failed.
-        let mut message = e.to_string();
-        let mut cause = std::error::Error::source(&e);
-        while let Some(c) = cause {
-            message = format!("{message}: {c}");
-            cause = c.source();
+        // tera's top-level message only says that rendering failed; the innermost cause says why.
+        let mut cause: &dyn std::error::Error = &e;
+        while let Some(inner) = cause.source() {
+            cause = inner;
         }
-        syn::Error::new_spanned(lit, format!("rendering the template: {message}"))
+        let why = cause.to_string().replace(" while rendering '__tera_one_off'", "");
+        syn::Error::new_spanned(lit, format!("rendering the template: {why}"))
     })
 }
 
