@@ -3,8 +3,9 @@
 use std::path::Path;
 use std::time::Instant;
 
+use cudarc::driver::{LaunchConfig, PushKernelArg};
 use kdtree_jit::w4a16::W4a16;
-use kdtree_jit::{Arch, Cache, Error, Target, Variant, compile_all, compile_source, nvrtc_version};
+use kdtree_jit::{Arch, Cache, Error, Gpu, Target, Variant, compile_all, compile_source, nvrtc_version};
 
 const SCALE: &str = r#"
 extern "C" __global__ void scale(float* x, float k, unsigned n) {
@@ -44,6 +45,30 @@ fn a_compile_error_names_origin_and_variant_and_shows_the_log_as_text() {
 fn a_source_without_the_named_kernel_is_a_compile_error() {
     let err = compile_source("other", "inline", SCALE, Arch(120), None).unwrap_err();
     assert!(matches!(&err, Error::Compile { log, .. } if log.contains("`other`")), "{err}");
+}
+
+#[test]
+fn opening_a_gpu_that_is_not_there_is_an_error_not_a_panic() {
+    let err = Gpu::open(usize::MAX).unwrap_err();
+    assert!(matches!(err, Error::NoDriver { .. } | Error::NoGpu { .. }), "{err:?}");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_compiled_kernel_loads_and_runs_and_a_cubin_for_another_arch_is_refused() {
+    let gpu = Gpu::open(0).unwrap();
+    let f = gpu.load(&compile_source("scale", "inline", SCALE, gpu.arch, None).unwrap()).unwrap();
+    let n = 1000u32;
+    let mut x = gpu.stream.clone_htod(&vec![1.5f32; n as usize]).unwrap();
+    let mut launch = gpu.stream.launch_builder(&f);
+    launch.arg(&mut x).arg(&2.0f32).arg(&n);
+    // SAFETY: `scale` touches x[0..n), which x holds, and takes (float*, float, unsigned) as passed.
+    unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }.unwrap();
+    assert_eq!(gpu.stream.clone_dtoh(&x).unwrap(), vec![3.0f32; n as usize]);
+
+    let other = if gpu.arch == Arch(120) { Arch(90) } else { Arch(120) };
+    let foreign = compile_source("scale", "inline", SCALE, other, None).unwrap();
+    assert!(matches!(gpu.load(&foreign), Err(Error::WrongArch { .. })));
 }
 
 /// The CI gate: every valid point of the default space compiles for both archs, and those that serve
