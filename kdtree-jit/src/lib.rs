@@ -50,6 +50,7 @@ pub mod probe;
 pub mod render;
 pub mod runtime;
 mod sys;
+pub mod tune;
 pub mod variant;
 pub mod w4a16;
 

@@ -1,14 +1,15 @@
 //! `kdtree-jit bench`: measures again what the tuning DB holds for this GPU, without retuning.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
 use kdtree_jit::tune::db::{Entry, TuningDb};
 use kdtree_jit::tune::report::Row;
 use kdtree_jit::tune::session::Session;
 use kdtree_jit::w4a16::W4a16;
-use kdtree_jit::{Cache, Gpu, Variant};
+use kdtree_jit::{Cache, Variant};
 
 use super::tune::{Output, bar, stale_rows};
 
@@ -20,8 +21,8 @@ pub struct BenchArgs {
     pub out: Output,
 }
 
-pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
-    let gpu = Gpu::open(args.out.gpu).context("`bench` measures on a GPU")?;
+pub fn run(args: &BenchArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
+    let gpu = args.out.open_gpu(nvrtc, "bench")?;
     let mut session = Session::open(&gpu)?;
     let db_path = args.out.db_path();
     let mut db = TuningDb::open(&db_path)?;
@@ -39,7 +40,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let variants: Vec<W4a16> = fresh.iter().filter_map(|e| W4a16::from_name(&e.variant)).collect();
     let cache = Cache::open(&Cache::default_dir())?;
     let compiling = bar(variants.len() as u64, "compile");
-    let kernels = session.compile(&variants, &mut db, Some(&cache), true, |done| compiling.set_position(done as u64))?;
+    let kernels =
+        session.compile(&variants, &mut db, Some(&cache), true, |done| compiling.set_position(done as u64))?;
     compiling.finish_and_clear();
 
     let mut rows = Vec::new();
@@ -51,7 +53,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 Some(entry) => rows.push(Row::from_entry(&entry)),
                 None => measuring.suspend(|| {
                     let why: Vec<&str> = tuned.rejected.iter().map(|r| r.reason.as_str()).collect();
-                    eprintln!("{} M={}: the DB's variant failed: {}", tuned.key.shape(), tuned.key.m_bucket, why.join("; "))
+                    eprintln!(
+                        "{} M={}: the DB's variant failed: {}",
+                        tuned.key.shape(),
+                        tuned.key.m_bucket,
+                        why.join("; ")
+                    )
                 }),
             }
         }

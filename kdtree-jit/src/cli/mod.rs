@@ -1,8 +1,10 @@
 //! The command line: one module per subcommand.
 
+mod bench;
 mod compile;
 mod list;
 mod render;
+mod tune;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -35,7 +37,8 @@ enum Command {
     List(list::Args),
     Render(render::Args),
     Compile(compile::Args),
-    // `tune` and `bench` (src/cli/{tune,bench}.rs) go here, and in `run` below.
+    Tune(tune::TuneArgs),
+    Bench(bench::BenchArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -45,7 +48,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Compile(args) => {
             probe::load_nvrtc(cli.nvrtc.as_deref())?;
             compile::run(&args)
-        } // `tune` and `bench` dispatch here.
+        }
+        Command::Tune(args) => tune::run(&args, cli.nvrtc.as_deref()).map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => bench::run(&args, cli.nvrtc.as_deref()).map(|()| ExitCode::SUCCESS),
     }
 }
 

@@ -13,7 +13,7 @@ use kdtree_jit::tune::report::{self, Report, Row, StaleRow};
 use kdtree_jit::tune::search::SearchConfig;
 use kdtree_jit::tune::session::Session;
 use kdtree_jit::w4a16::W4a16;
-use kdtree_jit::{Cache, Gpu, Target, Variant};
+use kdtree_jit::{Cache, Gpu, Target, Variant, probe};
 
 const HOW: &str = "\
 How it works: for each shape and M, every variant left after pruning runs once on random data and is
@@ -75,6 +75,13 @@ pub struct Output {
 }
 
 impl Output {
+    /// The GPU first, so that a machine without one is told so before anything else; then NVRTC.
+    pub fn open_gpu(&self, nvrtc: Option<&Path>, command: &str) -> anyhow::Result<Gpu> {
+        let gpu = Gpu::open(self.gpu).with_context(|| format!("`{command}` measures on a GPU"))?;
+        probe::load_nvrtc(nvrtc)?;
+        Ok(gpu)
+    }
+
     pub fn db_path(&self) -> PathBuf {
         self.db.clone().unwrap_or_else(TuningDb::default_path)
     }
@@ -100,7 +107,7 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
     ProgressBar::new(len).with_style(style.progress_chars("=> ")).with_message(what.to_owned())
 }
 
-pub fn run(args: &TuneArgs) -> anyhow::Result<()> {
+pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
     let (shapes, group, dtype, ms) = match &args.preset {
         Some(name) => {
             let p = key::preset(name).with_context(|| format!("unknown preset `{name}`: the presets are kimi-k2"))?;
@@ -108,7 +115,7 @@ pub fn run(args: &TuneArgs) -> anyhow::Result<()> {
         }
         None => (args.shape.clone(), args.group, args.dtype, args.m.clone()),
     };
-    let gpu = Gpu::open(args.out.gpu).context("`tune` measures on a GPU")?;
+    let gpu = args.out.open_gpu(nvrtc, "tune")?;
     let mut session = Session::open(&gpu)?;
     let db_path = args.out.db_path();
     let mut db = TuningDb::open(&db_path)?;
@@ -130,7 +137,8 @@ pub fn run(args: &TuneArgs) -> anyhow::Result<()> {
 
     let cache = Cache::open(&Cache::default_dir())?;
     let compiling = bar(all.len() as u64, "compile");
-    let kernels = session.compile(&all, &mut db, Some(&cache), args.retry_failed, |done| compiling.set_position(done as u64))?;
+    let kernels =
+        session.compile(&all, &mut db, Some(&cache), args.retry_failed, |done| compiling.set_position(done as u64))?;
     compiling.finish_and_clear();
     db.save(&db_path)?;
     let refused = all.iter().filter(|v| !kernels.contains_key(&v.name())).count();
@@ -143,7 +151,9 @@ pub fn run(args: &TuneArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let mut failed = Vec::new();
     for (shape, work) in &plan {
-        for tuned in session.tune_shape((*shape, group, dtype), work, &kernels, &SearchConfig::default(), || tuning.inc(1))? {
+        for tuned in
+            session.tune_shape((*shape, group, dtype), work, &kernels, &SearchConfig::default(), || tuning.inc(1))?
+        {
             for r in &tuned.rejected {
                 tuning.suspend(|| eprintln!("{shape} M={}: {} rejected: {}", tuned.key.m_bucket, r.variant, r.reason));
             }

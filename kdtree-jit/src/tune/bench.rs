@@ -20,7 +20,8 @@ impl Timing {
     /// The summary of `samples` (NaN times for none).
     pub fn from_samples(mut samples: Vec<f64>) -> Timing {
         samples.sort_by(f64::total_cmp);
-        let at = |q: f64| samples.get(((samples.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(f64::NAN);
+        let at =
+            |q: f64| samples.get(((samples.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(f64::NAN);
         Timing { median_us: at(0.5), p10_us: at(0.1), p90_us: at(0.9), reps: samples.len() as u32 }
     }
 }

@@ -65,7 +65,9 @@ pub struct CompileFailure {
 pub enum Match {
     Exact,
     /// No entry for the asked bucket: the nearest tuned bucket of the same problem.
-    NearestM { bucket: u32 },
+    NearestM {
+        bucket: u32,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -134,7 +136,8 @@ impl TuningDb {
 
     /// Adds `entry`, replacing the entry of the same key measured on the same kind of device.
     pub fn insert(&mut self, entry: Entry) {
-        let same_device = |a: &Environment, b: &Environment| (&a.device, a.compute_capability) == (&b.device, b.compute_capability);
+        let same_device =
+            |a: &Environment, b: &Environment| (&a.device, a.compute_capability) == (&b.device, b.compute_capability);
         self.entries.retain(|e| !(e.key == entry.key && same_device(&e.env, &entry.env)));
         self.entries.push(entry);
         self.entries.sort_by(|a, b| a.key.cmp(&b.key));
@@ -159,7 +162,8 @@ impl TuningDb {
             }
         }
         // Nearest in log2(M); on a tie the larger bucket, whose tiles also cover the smaller M.
-        let distance = |e: &Entry| (e.key.m_bucket.ilog2().abs_diff(key.m_bucket.ilog2()), std::cmp::Reverse(e.key.m_bucket));
+        let distance =
+            |e: &Entry| (e.key.m_bucket.ilog2().abs_diff(key.m_bucket.ilog2()), std::cmp::Reverse(e.key.m_bucket));
         let hit = fresh.into_iter().min_by_key(|e| distance(e)).map(|entry| Hit {
             entry,
             matched: if entry.key.m_bucket == key.m_bucket {
@@ -189,14 +193,15 @@ impl TuningDb {
 
     /// A recorded failure of `variant` for the same arch, NVRTC and templates, if any.
     pub fn compile_failure(&self, variant: &str, arch: Arch, env: &Environment) -> Option<&CompileFailure> {
-        self.compile_failures.iter().find(|f| {
-            f.variant == variant && f.arch == arch && f.nvrtc == env.nvrtc && f.templates == env.templates
-        })
+        self.compile_failures
+            .iter()
+            .find(|f| f.variant == variant && f.arch == arch && f.nvrtc == env.nvrtc && f.templates == env.templates)
     }
 }
 
 impl CompileFailure {
     fn same_build(&self, other: &CompileFailure) -> bool {
-        (&self.variant, self.arch, self.nvrtc, &self.templates) == (&other.variant, other.arch, other.nvrtc, &other.templates)
+        (&self.variant, self.arch, self.nvrtc, &self.templates)
+            == (&other.variant, other.arch, other.nvrtc, &other.templates)
     }
 }

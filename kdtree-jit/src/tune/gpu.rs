@@ -19,6 +19,8 @@ pub struct ShapeBuffers {
     scales: CudaSlice<u16>,
     y: CudaSlice<u16>,
     workspace: CudaSlice<f32>,
+    /// NaN in both f16 and bf16 (all bits set), written over Y before each gated run.
+    poison: Vec<u16>,
 }
 
 impl ShapeBuffers {
@@ -36,6 +38,7 @@ impl ShapeBuffers {
             y: s.alloc_zeros(m_max * n)?,
             // Zeroed once: split-K variants keep their tile counters here and leave them at zero.
             workspace: s.alloc_zeros(workspace_len.max(1))?,
+            poison: vec![u16::MAX; m_max * n],
         })
     }
 }
@@ -58,10 +61,11 @@ impl Runner for W4a16Runner<'_> {
     }
 
     fn output(&mut self, v: &W4a16) -> Result<Vec<f32>> {
-        // A kernel that writes nothing must not pass with the previous candidate's output, and a
-        // wrong one must not leave the next with dirty split-K counters.
+        // An output element the kernel does not write stays NaN and fails the gate (instead of
+        // passing with the previous candidate's value), and a wrong kernel must not leave the next
+        // one dirty split-K counters.
         let stream = self.gpu.stream.clone();
-        stream.memset_zeros(&mut self.buffers.y)?;
+        stream.memcpy_htod(&self.buffers.poison, &mut self.buffers.y)?;
         stream.memset_zeros(&mut self.buffers.workspace)?;
         self.launch(v)?;
         let y = stream.clone_dtoh(&self.buffers.y)?;

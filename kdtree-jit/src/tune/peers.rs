@@ -62,8 +62,12 @@ impl DensePeer {
         (m, n, k): (usize, usize, usize),
     ) -> Result<Timing> {
         let DensePeer { dtype, w, x, y } = self;
-        measure(clock, &BenchConfig::FINAL, None, || flusher.flush(stream), || {
-            cuda::gemm(blas, stream, *dtype, (m, n, k), x, w, y)
-        })
+        measure(
+            clock,
+            &BenchConfig::FINAL,
+            None,
+            || flusher.flush(stream),
+            || cuda::gemm(blas, stream, *dtype, (m, n, k), x, w, y),
+        )
     }
 }

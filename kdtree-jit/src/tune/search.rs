@@ -99,7 +99,7 @@ pub fn search<R: Runner, K: Clock>(
     }
     sort_fastest_first(&mut timed);
     for finalist in timed.iter_mut().take(cfg.finalists) {
-        finalist.timing = time(runner, clock, &finalist.candidate.clone(), &cfg.fin, None)?;
+        finalist.timing = time(runner, clock, &finalist.candidate, &cfg.fin, None)?;
     }
     sort_fastest_first(&mut timed);
     Ok(Outcome { best: timed.first().cloned(), timed, rejected })

@@ -107,10 +107,14 @@ impl<'g> Session<'g> {
         let compiled: Vec<W4a16> =
             work.iter().flat_map(|(_, vs)| vs).filter(|v| kernels.contains_key(&v.name())).copied().collect();
         let mut buffers = ShapeBuffers::upload(self.gpu, &problem, &compiled)?;
-        let mut dense = [DensePeer::new(&self.gpu.stream, &problem, Dtype::Bf16)?, DensePeer::new(&self.gpu.stream, &problem, Dtype::F16)?];
+        let mut dense = [
+            DensePeer::new(&self.gpu.stream, &problem, Dtype::Bf16)?,
+            DensePeer::new(&self.gpu.stream, &problem, Dtype::F16)?,
+        ];
         let mut results = Vec::new();
         for (m, candidates) in work {
-            let candidates: Vec<W4a16> = candidates.iter().filter(|v| kernels.contains_key(&v.name())).copied().collect();
+            let candidates: Vec<W4a16> =
+                candidates.iter().filter(|v| kernels.contains_key(&v.name())).copied().collect();
             let mut runner = W4a16Runner {
                 gpu: self.gpu,
                 problem: &problem,
@@ -119,7 +123,14 @@ impl<'g> Session<'g> {
                 flusher: &mut self.flusher,
                 m: *m as usize,
             };
-            let outcome = search::search(&mut runner, &mut self.clock, &candidates, problem.reference(*m as usize), cfg, &mut progress)?;
+            let outcome = search::search(
+                &mut runner,
+                &mut self.clock,
+                &candidates,
+                problem.reference(*m as usize),
+                cfg,
+                &mut progress,
+            )?;
             let key = ProblemKey::w4a16(*m, shape, group_size, dtype, self.gpu.arch);
             let entry = match outcome.best {
                 None => None,

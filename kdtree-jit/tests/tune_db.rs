@@ -1,0 +1,195 @@
+//! The tuning DB without a GPU: staleness, the nearest-M fallback, compile failures, the JSON
+//! round trip and corrupt files.
+
+use kdtree_jit::Arch;
+use kdtree_jit::tune::bench::Timing;
+use kdtree_jit::tune::db::{CompileFailure, Entry, Match, TuningDb};
+use kdtree_jit::tune::env::Environment;
+use kdtree_jit::tune::error::TuneError;
+use kdtree_jit::tune::key::{ProblemKey, Shape};
+use kdtree_jit::tune::peers::Peers;
+use kdtree_jit::tune::search::Rejection;
+use kdtree_quant::Dtype;
+
+const SHAPE: Shape = Shape { n: 4096, k: 7168 };
+
+fn h200() -> Environment {
+    Environment {
+        device: "NVIDIA H200".into(),
+        compute_capability: (9, 0),
+        driver: 13000,
+        nvrtc: (13, 0),
+        templates: "ab".repeat(32),
+    }
+}
+
+fn key(m: u32) -> ProblemKey {
+    ProblemKey::w4a16(m, SHAPE, 32, Dtype::Bf16, Arch(90))
+}
+
+fn entry(key: ProblemKey, env: Environment, variant: &str) -> Entry {
+    let t = |us| Timing { median_us: us, p10_us: us * 0.98, p90_us: us * 1.03, reps: 100 };
+    Entry {
+        m: key.m_bucket,
+        key,
+        env,
+        variant: variant.into(),
+        timing: t(7.5),
+        error: 2.5e-3,
+        peers: Peers { cublas_bf16: Some(t(27.0)), cublas_f16: None, copy_gbps: 4226.0 },
+        bytes: 15_597_568,
+        timed: 12,
+        rejected: vec![Rejection { variant: "w4a16_bad".into(), reason: "wrong result".into() }],
+        tuned_at_unix: 1_796_000_000,
+    }
+}
+
+fn db_with(entries: impl IntoIterator<Item = Entry>) -> TuningDb {
+    let mut db = TuningDb::default();
+    entries.into_iter().for_each(|e| db.insert(e));
+    db
+}
+
+#[test]
+fn an_entry_from_another_environment_is_never_used_and_is_reported_stale() {
+    let changes: [(&str, fn(&mut Environment)); 5] = [
+        ("device", |e| e.device = "NVIDIA H100 80GB HBM3".into()),
+        ("compute capability", |e| e.compute_capability = (12, 0)),
+        ("driver", |e| e.driver = 12080),
+        ("NVRTC", |e| e.nvrtc = (13, 1)),
+        ("templates hash", |e| e.templates.replace_range(60.., "cd")),
+    ];
+    for (field, change) in changes {
+        let mut other = h200();
+        change(&mut other);
+        let db = db_with([entry(key(16), other, "w4a16_old")]);
+        assert!(db.best_variant(&key(16), &h200()).is_none(), "{field}: a stale entry was used");
+        let lookup = db.lookup(&key(16), &h200(), |_| true);
+        assert!(lookup.hit.is_none());
+        assert_eq!(lookup.stale.len(), 1, "{field}");
+        let fields: Vec<&str> = lookup.stale[0].differences.iter().map(|d| d.field).collect();
+        assert_eq!(fields, [field]);
+    }
+}
+
+#[test]
+fn a_stale_entry_is_reported_even_when_a_fresh_one_is_used() {
+    let mut h100 = h200();
+    h100.device = "NVIDIA H100 80GB HBM3".into();
+    let db = db_with([entry(key(16), h100, "w4a16_h100"), entry(key(16), h200(), "w4a16_h200")]);
+    assert_eq!(db.entries.len(), 2, "one DB serves several devices");
+    let lookup = db.lookup(&key(16), &h200(), |_| true);
+    assert_eq!(lookup.hit.unwrap().entry.variant, "w4a16_h200");
+    assert_eq!(lookup.stale.len(), 1);
+    assert_eq!(lookup.stale[0].entry.variant, "w4a16_h100");
+}
+
+#[test]
+fn a_missing_m_bucket_falls_back_to_the_nearest_fresh_one() {
+    let mut stale_env = h200();
+    stale_env.nvrtc = (12, 9);
+    let db = db_with([
+        entry(key(1), h200(), "v1"),
+        entry(key(16), h200(), "v16"),
+        entry(key(128), h200(), "v128"),
+        // Nearer than any fresh entry for M = 32, but stale.
+        entry(key(32), stale_env, "v32_stale"),
+        // Another problem entirely: never a fallback.
+        entry(ProblemKey::w4a16(64, Shape { n: 7168, k: 2048 }, 32, Dtype::Bf16, Arch(90)), h200(), "other_shape"),
+        entry(ProblemKey::w4a16(64, SHAPE, 64, Dtype::Bf16, Arch(90)), h200(), "other_group"),
+    ]);
+    let pick = |m| {
+        let hit = db.lookup(&key(m), &h200(), |_| true).hit.unwrap();
+        (hit.entry.variant.as_str(), hit.matched)
+    };
+    assert_eq!(pick(16), ("v16", Match::Exact));
+    assert_eq!(pick(2), ("v1", Match::NearestM { bucket: 1 }));
+    // M = 3 is in bucket 4, as far from 1 as from 16 in log2: the larger bucket wins the tie.
+    assert_eq!(pick(3), ("v16", Match::NearestM { bucket: 16 }));
+    assert_eq!(pick(32), ("v16", Match::NearestM { bucket: 16 }));
+    assert_eq!(pick(64), ("v128", Match::NearestM { bucket: 128 }));
+    assert_eq!(pick(1000), ("v128", Match::NearestM { bucket: 128 }));
+    // A caller may refuse entries (a GEMV variant cannot serve M = 64): the next nearest is taken.
+    let hit = db.lookup(&key(64), &h200(), |e| e.variant != "v128").hit.unwrap();
+    assert_eq!(hit.entry.variant, "v16");
+    // Nothing for another arch.
+    assert!(db.best_variant(&ProblemKey::w4a16(16, SHAPE, 32, Dtype::Bf16, Arch(120)), &h200()).is_none());
+}
+
+#[test]
+fn the_db_round_trips_through_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested").join("tuning.json");
+    let mut db = db_with([entry(key(1), h200(), "v1"), entry(key(128), h200(), "v128")]);
+    db.record_compile_failure(CompileFailure {
+        variant: "w4a16_huge".into(),
+        arch: Arch(90),
+        nvrtc: (13, 0),
+        templates: h200().templates,
+        log: "error: too many resources requested".into(),
+    });
+    db.save(&path).unwrap();
+    assert_eq!(TuningDb::open(&path).unwrap(), db);
+    // Saving again over the file works, and a missing file is an empty DB.
+    db.save(&path).unwrap();
+    assert_eq!(TuningDb::open(&dir.path().join("absent.json")).unwrap(), TuningDb::default());
+}
+
+#[test]
+fn a_corrupt_db_file_is_a_clear_error_and_stays_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = {
+        let path = dir.path().join("good.json");
+        db_with([entry(key(8), h200(), "v8")]).save(&path).unwrap();
+        std::fs::read_to_string(&path).unwrap()
+    };
+    let cases = [
+        ("truncated", good[..good.len() / 2].to_owned(), "not JSON"),
+        ("binary", "\u{0}\u{1}garbage".to_owned(), "not JSON"),
+        ("other format", good.replace("\"format\": 1", "\"format\": 99"), "format version 99"),
+        ("not a DB", "{\"entries\": []}".to_owned(), "no format version"),
+        ("wrong field type", good.replace("\"m\": 8", "\"m\": \"eight\""), "unexpected content"),
+    ];
+    for (what, text, expected) in cases {
+        let path = dir.path().join(format!("{}.json", what.replace(' ', "_")));
+        std::fs::write(&path, &text).unwrap();
+        let err = TuningDb::open(&path).unwrap_err();
+        let message = err.to_string();
+        assert!(matches!(err, TuneError::CorruptDb { .. }), "{what}: {message}");
+        assert!(message.contains(expected), "{what}: {message}");
+        assert!(message.contains(&path.display().to_string()), "{what}: the message names the file");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{what}: the file was changed");
+    }
+}
+
+#[test]
+fn a_compile_failure_is_remembered_for_the_same_build_only() {
+    let mut db = TuningDb::default();
+    let failure = CompileFailure {
+        variant: "w4a16_x".into(),
+        arch: Arch(90),
+        nvrtc: (13, 0),
+        templates: h200().templates,
+        log: "ptxas error".into(),
+    };
+    db.record_compile_failure(failure.clone());
+    db.record_compile_failure(failure);
+    assert_eq!(db.compile_failures.len(), 1, "recording twice keeps one");
+    assert!(db.compile_failure("w4a16_x", Arch(90), &h200()).is_some());
+    assert!(db.compile_failure("w4a16_x", Arch(120), &h200()).is_none());
+    let mut new_nvrtc = h200();
+    new_nvrtc.nvrtc = (13, 1);
+    assert!(db.compile_failure("w4a16_x", Arch(90), &new_nvrtc).is_none(), "a new compiler gets another try");
+    let mut edited = h200();
+    edited.templates = "ef".repeat(32);
+    assert!(db.compile_failure("w4a16_x", Arch(90), &edited).is_none(), "edited templates get another try");
+}
+
+#[test]
+fn retuning_replaces_the_same_problem_on_the_same_device() {
+    let mut old_driver = h200();
+    old_driver.driver = 12080;
+    let db = db_with([entry(key(4), old_driver, "first"), entry(key(4), h200(), "second")]);
+    assert_eq!(db.entries.len(), 1);
+    assert_eq!(db.best_variant(&key(4), &h200()).unwrap().variant, "second");
+}

@@ -1,0 +1,127 @@
+//! The tuner's core with a fake clock and fake candidates: no GPU needed.
+
+use kdtree_jit::tune::bench::BenchConfig;
+use kdtree_jit::tune::clock::FakeClock;
+use kdtree_jit::tune::error::{Result, TuneError};
+use kdtree_jit::tune::search::{Runner, SearchConfig, search};
+
+/// A fake kernel: how long it takes, and whether its output is right.
+#[derive(Clone, Debug)]
+struct Fake {
+    name: &'static str,
+    us: f64,
+    output: Output,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Output {
+    Right,
+    /// Off by this much relative to the reference.
+    Off(f32),
+    Nan,
+    Fails,
+}
+
+/// Runs fakes against a fixed reference; each launch advances the fake clock by the fake's time,
+/// each flush by a millisecond that must never be counted.
+struct FakeRunner {
+    clock: FakeClock,
+    reference: Vec<f32>,
+    launches: Vec<&'static str>,
+}
+
+impl Runner for FakeRunner {
+    type Candidate = Fake;
+
+    fn name(&self, c: &Fake) -> String {
+        c.name.into()
+    }
+
+    fn output(&mut self, c: &Fake) -> Result<Vec<f32>> {
+        let r = &self.reference;
+        match c.output {
+            Output::Right => Ok(r.clone()),
+            Output::Off(by) => Ok(r.iter().map(|v| v * (1.0 + by)).collect()),
+            Output::Nan => Ok(r.iter().map(|_| f32::NAN).collect()),
+            Output::Fails => Err(TuneError::Problem("launch failed: invalid argument".into())),
+        }
+    }
+
+    fn tolerance(&self, _: &Fake) -> f64 {
+        0.01
+    }
+
+    fn launch(&mut self, c: &Fake) -> Result<()> {
+        self.launches.push(c.name);
+        self.clock.advance(c.us);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.clock.advance(1000.0);
+        Ok(())
+    }
+}
+
+fn run(candidates: &[Fake]) -> (kdtree_jit::tune::search::Outcome<Fake>, FakeRunner) {
+    let clock = FakeClock::default();
+    let reference: Vec<f32> = (0..64).map(|i| (i as f32 - 31.5) / 8.0).collect();
+    let mut runner = FakeRunner { clock: clock.clone(), reference: reference.clone(), launches: Vec::new() };
+    let mut gated = 0;
+    let outcome =
+        search(&mut runner, &mut clock.clone(), candidates, &reference, &SearchConfig::default(), || gated += 1)
+            .unwrap();
+    assert_eq!(gated, candidates.len(), "progress is reported once per candidate");
+    (outcome, runner)
+}
+
+const fn fake(name: &'static str, us: f64, output: Output) -> Fake {
+    Fake { name, us, output }
+}
+
+#[test]
+fn a_wrong_candidate_never_wins_even_when_fastest() {
+    let candidates = [
+        fake("wrong_fastest", 1.0, Output::Off(0.05)),
+        fake("nan", 0.5, Output::Nan),
+        fake("fails", 0.1, Output::Fails),
+        fake("slow", 5.0, Output::Right),
+        fake("fast", 3.0, Output::Right),
+        fake("barely_right", 4.0, Output::Off(0.001)),
+    ];
+    let (outcome, runner) = run(&candidates);
+    let best = outcome.best.expect("two correct candidates");
+    assert_eq!(best.name, "fast");
+    // The flush before every rep is not part of the time.
+    assert_eq!(best.timing.median_us, 3.0);
+    assert_eq!(best.timing.reps, BenchConfig::FINAL.reps);
+
+    let rejected: Vec<&str> = outcome.rejected.iter().map(|r| r.variant.as_str()).collect();
+    assert_eq!(rejected, ["wrong_fastest", "nan", "fails"]);
+    assert!(outcome.rejected[0].reason.contains("wrong result"), "{}", outcome.rejected[0].reason);
+    assert!(outcome.rejected[2].reason.contains("invalid argument"));
+    for bad in rejected {
+        assert!(!runner.launches.contains(&bad), "{bad} was timed");
+    }
+    let timed: Vec<&str> = outcome.timed.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(timed, ["fast", "barely_right", "slow"]);
+}
+
+#[test]
+fn no_correct_candidate_means_no_winner() {
+    let (outcome, runner) = run(&[fake("a", 1.0, Output::Off(0.5)), fake("b", 2.0, Output::Fails)]);
+    assert!(outcome.best.is_none());
+    assert_eq!(outcome.rejected.len(), 2);
+    assert!(runner.launches.is_empty());
+}
+
+#[test]
+fn a_candidate_far_slower_than_the_best_is_cut_short() {
+    let (outcome, runner) = run(&[fake("fast", 1.0, Output::Right), fake("slow", 10.0, Output::Right)]);
+    let count = |name| runner.launches.iter().filter(|&&n| n == name).count() as u32;
+    let screen = BenchConfig::SCREEN;
+    // The slow one is screened with one batch only, then (as a finalist) timed in full.
+    assert_eq!(count("slow"), screen.warmup + screen.batch + BenchConfig::FINAL.warmup + BenchConfig::FINAL.reps);
+    assert_eq!(count("fast"), screen.warmup + screen.reps + BenchConfig::FINAL.warmup + BenchConfig::FINAL.reps);
+    assert_eq!(outcome.best.unwrap().name, "fast");
+}
