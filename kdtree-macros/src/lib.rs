@@ -9,9 +9,10 @@ use proc_macro::TokenStream;
 mod kernel;
 mod variant_space;
 
-/// Declares a space of kernel variants and implements `kdtree_jit::Variant` for it.
+/// Declares a space of kernel variants and implements `kdtree_jit::Variant` for it. The syntax (a
+/// runnable example is in `kdtree_jit`'s crate docs, which re-exports this macro):
 ///
-/// ```ignore
+/// ```text
 /// kdtree_jit::variant_space! {
 ///     /// Element-wise scaling.
 ///     pub space Scale {
