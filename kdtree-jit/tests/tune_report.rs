@@ -66,7 +66,7 @@ fn the_plot_draws_every_shape_with_its_three_series() {
     let rows: Vec<Row> = KIMI_K2
         .shapes
         .iter()
-        .flat_map(|&(s, _)| {
+        .flat_map(|&s| {
             KIMI_K2.ms.iter().map(move |&m| Row::from_entry(&entry(s.n, s.k, m, 10.0 + m as f64 / 8.0, 30.0)))
         })
         .collect();

@@ -111,7 +111,7 @@ pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
     let (shapes, group, dtype, ms) = match &args.preset {
         Some(name) => {
             let p = key::preset(name).with_context(|| format!("unknown preset `{name}`: the presets are kimi-k2"))?;
-            (p.shapes.iter().map(|(s, _)| *s).collect(), p.group_size, p.dtype, p.ms.to_vec())
+            (p.shapes.to_vec(), p.group_size, p.dtype, p.ms.to_vec())
         }
         None => (args.shape.clone(), args.group, args.dtype, args.m.clone()),
     };

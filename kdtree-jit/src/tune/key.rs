@@ -78,7 +78,7 @@ impl std::str::FromStr for Shape {
 #[derive(Clone, Debug)]
 pub struct Preset {
     pub name: &'static str,
-    pub shapes: &'static [(Shape, &'static str)],
+    pub shapes: &'static [Shape],
     pub group_size: u32,
     pub dtype: Dtype,
     pub ms: &'static [u32],
@@ -89,10 +89,10 @@ pub struct Preset {
 pub const KIMI_K2: Preset = Preset {
     name: "kimi-k2",
     shapes: &[
-        (Shape { n: 4096, k: 7168 }, "expert gate+up"),
-        (Shape { n: 7168, k: 2048 }, "expert down"),
-        (Shape { n: 18432, k: 7168 }, "dense MLP gate+up"),
-        (Shape { n: 7168, k: 18432 }, "dense MLP down"),
+        Shape { n: 4096, k: 7168 },  // routed expert gate+up
+        Shape { n: 7168, k: 2048 },  // routed expert down
+        Shape { n: 18432, k: 7168 }, // dense MLP gate+up
+        Shape { n: 7168, k: 18432 }, // dense MLP down
     ],
     group_size: 32,
     dtype: Dtype::Bf16,
