@@ -35,9 +35,27 @@ pub unsafe fn rope_interleaved(
 #[kernel(template = "cuda/softmax.cu.tera", params(BLOCK = 1024), grid = rows, block = 1024)]
 pub unsafe fn softmax(x: &mut CudaSlice<f32>, rows: u32, cols: u32);
 
-/// Row-wise argmax of `rows` rows of `cols` into `out` ([rows]).
-#[kernel(template = "cuda/argmax.cu.tera", params(BLOCK = 1024), grid = rows, block = 1024)]
-pub unsafe fn argmax(x: &CudaSlice<f32>, out: &mut CudaSlice<u32>, rows: u32, cols: u32);
+/// The best (value, index) of each `chunk` columns of `rows` rows of `cols`, into `part_v`/`part_i`
+/// ([rows, cols.div_ceil(chunk)]); `chunk` is a multiple of 4.
+#[kernel(template = "cuda/argmax.cu.tera", params(BLOCK = 1024), grid = (rows, cols.div_ceil(chunk)), block = 1024)]
+pub unsafe fn argmax_partial(
+    x: &CudaSlice<f32>,
+    part_v: &mut CudaSlice<f32>,
+    part_i: &mut CudaSlice<u32>,
+    rows: u32,
+    cols: u32,
+    chunk: u32,
+);
+
+/// Each row's argmax from its `chunks` partial results, into `out` ([rows]).
+#[kernel(template = "cuda/argmax.cu.tera", params(BLOCK = 1024), grid = rows, block = 32)]
+pub unsafe fn argmax_finish(
+    part_v: &CudaSlice<f32>,
+    part_i: &CudaSlice<u32>,
+    out: &mut CudaSlice<u32>,
+    rows: u32,
+    chunks: u32,
+);
 
 /// Gathers rows `ids` of `table` ([vocab, dim]) into `out` ([n_ids, dim]).
 #[kernel(file = "cuda/embedding.cu", grid = n_ids, block = 256)]
@@ -51,13 +69,14 @@ pub unsafe fn embedding(
 );
 
 /// This crate's kernels; naming them also links their registrations into the program.
-pub fn all() -> [&'static KernelDef; 6] {
+pub fn all() -> [&'static KernelDef; 7] {
     [
         &rmsnorm::KERNEL,
         &silu_mul::KERNEL,
         &rope_interleaved::KERNEL,
         &softmax::KERNEL,
-        &argmax::KERNEL,
+        &argmax_partial::KERNEL,
+        &argmax_finish::KERNEL,
         &embedding::KERNEL,
     ]
 }

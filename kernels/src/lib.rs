@@ -7,7 +7,7 @@
 //! | [`silu_mul`] | `cuda/silu_mul.cu` | a thread per element |
 //! | [`rope_interleaved`] | `cuda/rope_interleaved.cu` | a thread per rotated pair |
 //! | [`softmax`] | `cuda/softmax.cu.tera` (`BLOCK = 1024`) | a block per row |
-//! | [`argmax`] | `cuda/argmax.cu.tera` (`BLOCK = 1024`) | a block per row, float4 loads |
+//! | [`argmax`] | `cuda/argmax.cu.tera` (`BLOCK = 1024`) | a block per (row, chunk), then a warp per row |
 //! | [`embedding`] | `cuda/embedding.cu` | a block per id |
 //!
 //! ```no_run

@@ -61,8 +61,14 @@ pub fn softmax(k: &Kernels, x: &mut CudaSlice<f32>, cols: usize) -> Result<()> {
 pub fn argmax(k: &Kernels, x: &CudaSlice<f32>, cols: usize, out: &mut CudaSlice<u32>) -> Result<()> {
     let (rows, cols) = shape::rows("argmax", x.len(), cols)?;
     shape::same("argmax", "out and the rows of x", out.len(), rows as usize)?;
-    // SAFETY: x holds rows * cols values, out rows.
-    unsafe { launch::argmax(k, x, out, rows, cols) }?;
+    let (chunk, chunks) = shape::argmax_chunks(rows, cols);
+    let partials = rows as usize * chunks as usize;
+    let (mut part_v, mut part_i) = (k.stream().alloc_zeros::<f32>(partials)?, k.stream().alloc_zeros::<u32>(partials)?);
+    // SAFETY: x holds rows * cols values; the partials rows * chunks, chunks = cols.div_ceil(chunk); out rows.
+    unsafe {
+        launch::argmax_partial(k, x, &mut part_v, &mut part_i, rows, cols, chunk)?;
+        launch::argmax_finish(k, &part_v, &part_i, out, rows, chunks)?;
+    }
     Ok(())
 }
 

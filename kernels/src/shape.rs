@@ -17,6 +17,15 @@ pub fn rows(op: &'static str, x: usize, cols: usize) -> Result<(u32, u32)> {
     Ok((to_u32(op, "rows", x / cols)?, to_u32(op, "cols", cols)?))
 }
 
+/// How argmax splits rows of `cols` into chunks, (chunk, chunks): about 512 (row, chunk) blocks so that a
+/// few rows still cover every SM, chunks of at least one float4 per thread of a 1024-thread block (4096
+/// columns), a multiple of 4 so that float4 loads stay aligned, and at most 65535 chunks (the grid's y).
+pub fn argmax_chunks(rows: u32, cols: u32) -> (u32, u32) {
+    let want = (512 / rows.max(1)).max(1);
+    let chunk = cols.div_ceil(want).max(4096).max(cols.div_ceil(65535)).next_multiple_of(4);
+    (chunk, cols.div_ceil(chunk).max(1))
+}
+
 /// Buffers that must have the same length.
 pub fn same(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> {
     ensure(op, a == b, || format!("{what} hold {a} and {b} values"))
@@ -76,6 +85,20 @@ mod tests {
         assert!(matches!(rows("t", 10, 4), Err(Error::Shape { .. })));
         assert!(matches!(rows("t", 0, 0), Err(Error::Shape { .. })));
         assert!(matches!(rows("t", 1 << 33, 1), Err(Error::Shape { .. })));
+    }
+
+    #[test]
+    fn argmax_chunks_cover_the_row_and_stay_aligned() {
+        for (rows, cols) in [(1, 163_840), (128, 163_840), (1024, 163_840), (3, 5), (1, u32::MAX - 3)] {
+            let (chunk, chunks) = argmax_chunks(rows, cols);
+            assert!(chunk % 4 == 0 && chunks <= 65535, "{rows} x {cols}: {chunk} x {chunks}");
+            assert!(
+                chunk as u64 * chunks as u64 >= cols as u64
+                    && (chunks - 1) as u64 * (chunk as u64) < cols.max(1) as u64
+            );
+        }
+        assert_eq!(argmax_chunks(128, 163_840), (40_960, 4));
+        assert_eq!(argmax_chunks(1024, 163_840), (163_840, 1));
     }
 
     #[test]

@@ -8,7 +8,10 @@ use kdtree_jit::kernel::registered;
 fn every_kernel_is_registered_and_compiles_for_sm90_and_sm120() {
     let ours = kdtree_kernels::launch::all();
     let names: Vec<&str> = ours.iter().map(|d| d.name).collect();
-    assert_eq!(names, ["rmsnorm", "silu_mul", "rope_interleaved", "softmax", "argmax", "embedding"]);
+    assert_eq!(
+        names,
+        ["rmsnorm", "silu_mul", "rope_interleaved", "softmax", "argmax_partial", "argmax_finish", "embedding"]
+    );
     let all = registered();
     for def in ours {
         assert!(all.iter().any(|d| std::ptr::eq(*d, def)), "{} is not registered", def.path);
