@@ -4,6 +4,14 @@
 //! |---|---|
 //! | a declared space of variants | [`variant_space!`], [`Variant`], [`AxisValue`] |
 //! | which variants fit a GPU | [`Target`], [`Arch`], [`Invalid`] |
+//! | CUDA source of a variant (tera over the embedded `templates/`) | [`render()`], [`templates_hash`] |
+//! | finding NVRTC and the driver without cudarc's panic | [`probe`] |
+//! | NVRTC to CUBIN, ptxas statistics, many at once | [`compile_variant`], [`compile_all`], [`KernelStats`] |
+//! | the cubin cache on disk | [`Cache`] |
+//! | loading a cubin on the GPU | [`Gpu`] |
+//! | the W4A16 GEMM space, layout and launch | [`w4a16`] |
+//!
+//! Declaring a space (the template is looked up only when rendering):
 //!
 //! ```
 //! use kdtree_jit::{Arch, AxisValue, Invalid, Target, Variant};
