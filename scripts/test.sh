@@ -6,11 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-nvrtc_dir=target/nvrtc
-if [ ! -e "$nvrtc_dir/nvidia/cu13/lib/libnvrtc.so.13" ]; then
-    echo "installing NVRTC from PyPI (nvidia-cuda-nvrtc) into $nvrtc_dir" >&2
-    python3 -m pip install --quiet --disable-pip-version-check --target "$nvrtc_dir" 'nvidia-cuda-nvrtc>=13,<14'
-fi
+. scripts/nvrtc.sh
 
 cargo test --workspace --all-targets "$@"
 cargo test --workspace --doc
