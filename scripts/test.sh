@@ -8,5 +8,5 @@ cd "$(dirname "$0")/.."
 
 . scripts/nvrtc.sh
 
-cargo test --workspace --all-targets "$@"
+cargo test --workspace --lib --bins --tests --examples "$@"
 cargo test --workspace --doc
