@@ -52,7 +52,8 @@ fn db_with(entries: impl IntoIterator<Item = Entry>) -> TuningDb {
 
 #[test]
 fn an_entry_from_another_environment_is_never_used_and_is_reported_stale() {
-    let changes: [(&str, fn(&mut Environment)); 5] = [
+    type Change = fn(&mut Environment);
+    let changes: [(&str, Change); 5] = [
         ("device", |e| e.device = "NVIDIA H100 80GB HBM3".into()),
         ("compute capability", |e| e.compute_capability = (12, 0)),
         ("driver", |e| e.driver = 12080),

@@ -4,7 +4,7 @@ use kdtree_jit::tune::db::TuningDb;
 use kdtree_jit::tune::key::Shape;
 use kdtree_jit::tune::prune::{Scope, prune};
 use kdtree_jit::tune::search::SearchConfig;
-use kdtree_jit::tune::session::Session;
+use kdtree_jit::tune::session::{AtM, Session};
 use kdtree_jit::w4a16::W4a16;
 use kdtree_jit::{Gpu, Target, Variant};
 use kdtree_quant::Dtype;
@@ -18,7 +18,7 @@ fn tuning_a_small_shape_fills_the_db_with_correct_fast_variants() {
     // N not a multiple of the 64-column tile, M not a power of two.
     let shape = Shape { n: 1000, k: 2048 };
     let valid = W4a16::valid(&Target { arch: gpu.arch });
-    let work: Vec<(u32, Vec<W4a16>)> = [1, 3, 16, 40]
+    let work: Vec<AtM> = [1, 3, 16, 40]
         .into_iter()
         .map(|m| (m, prune(&valid, &Scope { m, shape, group_size: 32, dtype: Dtype::Bf16, sms: session.sms })))
         .collect();

@@ -11,7 +11,7 @@ use kdtree_jit::tune::key::{self, M_BUCKETS, Shape};
 use kdtree_jit::tune::prune::{self, Scope};
 use kdtree_jit::tune::report::{self, Report, Row, StaleRow};
 use kdtree_jit::tune::search::SearchConfig;
-use kdtree_jit::tune::session::Session;
+use kdtree_jit::tune::session::{AtM, Session};
 use kdtree_jit::w4a16::W4a16;
 use kdtree_jit::{Cache, Gpu, Target, Variant, probe};
 
@@ -121,7 +121,7 @@ pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
     let mut db = TuningDb::open(&db_path)?;
 
     let valid = W4a16::valid(&Target { arch: gpu.arch });
-    let plan: Vec<(Shape, Vec<(u32, Vec<W4a16>)>)> = shapes
+    let plan: Vec<(Shape, Vec<AtM>)> = shapes
         .iter()
         .map(|&shape| {
             let per_m = ms.iter().map(|&m| {

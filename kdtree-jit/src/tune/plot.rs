@@ -45,14 +45,14 @@ fn panel(area: &Area<'_>, shape: Shape, rows: &[&Row]) -> std::result::Result<()
         .build_cartesian_2d((1.0..m_max).log_scale(), 0.0..t_max)?;
     chart.configure_mesh().x_desc("M (rows)").y_desc("time (us)").draw()?;
 
-    let series: [(&str, RGBColor, Vec<(f64, f64)>); 3] = [
-        ("best variant", BLUE, rows.iter().map(|r| (r.m as f64, r.us)).collect()),
+    let series = [
+        ("best variant", BLUE, rows.iter().map(|r| (r.m as f64, r.us)).collect::<Vec<_>>()),
         ("cuBLAS bf16", RED, rows.iter().filter_map(|r| Some((r.m as f64, r.cublas_bf16_us?))).collect()),
         ("copy-bandwidth floor", BLACK, rows.iter().map(|r| (r.m as f64, r.floor_us)).collect()),
     ];
     for (label, color, points) in series {
         chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)).point_size(3))?
+            .draw_series(LineSeries::new(points, color.stroke_width(2)).point_size(3))?
             .label(label)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
     }

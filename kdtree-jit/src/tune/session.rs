@@ -34,6 +34,9 @@ pub struct Session<'g> {
     blas: Option<CudaBlas>,
 }
 
+/// The M to tune at and the candidates to try there.
+pub type AtM = (u32, Vec<W4a16>);
+
 /// The result of one (shape, M): the DB entry when some candidate was correct, and the rejections.
 pub struct Tuned {
     pub key: ProblemKey,
@@ -97,7 +100,7 @@ impl<'g> Session<'g> {
     pub fn tune_shape(
         &mut self,
         (shape, group_size, dtype): (Shape, u32, Dtype),
-        work: &[(u32, Vec<W4a16>)],
+        work: &[AtM],
         kernels: &HashMap<String, CudaFunction>,
         cfg: &SearchConfig,
         mut progress: impl FnMut(),
@@ -156,7 +159,7 @@ impl<'g> Session<'g> {
     /// Measures `entries` (all of one shape, group size and dtype) again: gated, then timed with
     /// [`BenchConfig::FINAL`], with fresh peers. A variant that is now wrong comes back rejected.
     pub fn bench_shape(&mut self, entries: &[&Entry], kernels: &HashMap<String, CudaFunction>) -> Result<Vec<Tuned>> {
-        let work: Vec<(u32, Vec<W4a16>)> =
+        let work: Vec<AtM> =
             entries.iter().map(|e| (e.m, W4a16::from_name(&e.variant).into_iter().collect())).collect();
         let Some(first) = entries.first() else { return Ok(Vec::new()) };
         let cfg = SearchConfig { screen: BenchConfig::FINAL, finalists: 0, fin: BenchConfig::FINAL };
