@@ -24,7 +24,9 @@ pub enum EngineError {
     #[error("{file}: tensor {tensor} is stored {stored}, but the quantization config says it is {expected}")]
     QuantizationMismatch { file: String, tensor: String, stored: &'static str, expected: &'static str },
 
-    #[error("{tensor} is not in {file}, which holds its weight_packed: INT4 weights split across shards are not supported")]
+    #[error(
+        "{tensor} is not in {file}, which holds its weight_packed: INT4 weights split across shards are not supported"
+    )]
     SplitQuantizedWeight { file: String, tensor: String },
 
     #[error("{file}: `{key}`: {reason}")]
@@ -50,6 +52,21 @@ pub enum EngineError {
 
     #[error("position {position} is beyond the rotary table of {max} positions")]
     PositionOutOfRange { position: usize, max: usize },
+
+    #[error(transparent)]
+    Gpu(#[from] kdtree_jit::Error),
+
+    #[error("CUDA driver: {0}")]
+    Driver(#[from] cudarc::driver::DriverError),
+
+    #[error(transparent)]
+    Tuning(#[from] kdtree_jit::tune::error::TuneError),
+
+    #[error("no W4A16 kernel for the {shape} weights: {reason}")]
+    NoKernel { shape: String, reason: String },
+
+    #[error("--backend cuda: {reason}")]
+    BackendUnavailable { reason: String },
 
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | CPU reference ops | [`ops::cpu`] |
 //! | ops by name, backend, per-shape choice | [`registry::OpRegistry`] |
+//! | W4A16 linears on the GPU, variants from the tuning DB | [`cuda`] |
 //! | visibility among new tokens (tree attention) | [`TreeMask`] |
 //! | the model, its config and KV cache | [`Model`], [`Config`], [`KvCache`] |
 //! | greedy decoding | [`greedy_generate`] |
@@ -32,6 +33,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod cuda;
 pub mod error;
 pub mod generate;
 pub mod mask;

@@ -2,8 +2,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use kdtree_engine::registry::OpRegistry;
 use kdtree_engine::spec::SpecArgs;
 use kdtree_engine::{Model, greedy_generate_timed};
+
+use super::backend::{BackendArgs, variant_table};
 
 /// Greedy decoding from token ids: the prompt is prefilled in one forward pass, then one token per
 /// forward. Prints the new tokens and the speed, prefill and decode separately.
@@ -26,10 +29,17 @@ pub struct GenerateArgs {
     pub json: bool,
     #[command(flatten)]
     pub spec: SpecArgs,
+    #[command(flatten)]
+    pub backend: BackendArgs,
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let model = Model::load(&args.model).with_context(|| format!("loading {}", args.model.display()))?;
+    // Exact mode's variants are tuned for the M the decode loop runs most: the tree, or one token.
+    let default_m = if args.spec.spec.is_some() { args.spec.budget + 1 } else { 1 };
+    let ops = OpRegistry::new(args.backend.open(default_m)?);
+    let model = Model::load_with(&args.model, ops).with_context(|| format!("loading {}", args.model.display()))?;
+    let (variants, variants_json) = variant_table(model.ops().backend());
+    eprint!("{variants}");
     if args.spec.spec.is_some() {
         let c = args.spec.run(&model, &args.prompt_ids, args.max_new, args.stop)?;
         println!("{}", if args.json { serde_json::to_string(&c)? } else { c.table() });
@@ -45,6 +55,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     if args.json {
         let out = serde_json::json!({
             "model": args.model, "prompt": args.prompt_ids, "tokens": g.tokens, "backend": model.ops().backend().to_string(),
+            "w4a16_variants": variants_json,
             "prefill_s": prefill_s, "decode_s": decode_s,
             "prefill_tokens_per_s": prefill_tps, "decode_tokens_per_s": decode_tps,
         });

@@ -1,5 +1,6 @@
 //! The command line: one module per subcommand.
 
+mod backend;
 mod generate;
 mod make_tiny;
 
@@ -9,7 +10,8 @@ use clap::{Parser, Subcommand};
 ///
 /// Models are Hugging Face-style folders: config.json plus safetensors shards (optionally with
 /// model.safetensors.index.json); routed experts may be INT4 (compressed-tensors pack-quantized).
-/// Everything runs on the deterministic CPU reference backend.
+/// Ops run on the deterministic CPU reference backend, or with `--backend cuda` (the default `auto`
+/// when a GPU is found) the INT4 linears run tuned GPU kernels chosen from the tuning DB.
 #[derive(Debug, Parser)]
 #[command(name = "kdtree-engine", version)]
 pub struct Cli {

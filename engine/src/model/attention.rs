@@ -61,6 +61,15 @@ impl Attention {
         })
     }
 
+    pub fn linears_mut(&mut self) -> Vec<&mut LinearWeight> {
+        let mut all = match &mut self.q {
+            QueryProj::Direct(w) => vec![w],
+            QueryProj::LowRank { a, b, .. } => vec![a, b],
+        };
+        all.extend([&mut self.kv_a, &mut self.kv_b, &mut self.o]);
+        all
+    }
+
     /// Attends the `n` normalised hidden rows `x` to the cache of layer `layer` plus themselves,
     /// appending their keys and values to it. Returns `[n, hidden]`.
     pub fn forward(&self, x: &[f32], layer: usize, cache: &mut KvCache, cx: &AttnCtx<'_>) -> Result<Vec<f32>> {

@@ -27,6 +27,10 @@ impl Mlp {
         })
     }
 
+    pub fn linears_mut(&mut self) -> [&mut LinearWeight; 3] {
+        [&mut self.gate, &mut self.up, &mut self.down]
+    }
+
     /// `m` rows of `x` in, `m` rows out.
     pub fn forward(&self, ops: &OpRegistry, x: &[f32], m: usize) -> Result<Vec<f32>> {
         let act = ops.silu_mul(&ops.linear(x, m, &self.gate)?, &ops.linear(x, m, &self.up)?);

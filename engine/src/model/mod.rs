@@ -41,7 +41,7 @@ use moe::Moe;
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::ops::cpu::RopeTable;
-use crate::registry::{LinearWeight, OpRegistry};
+use crate::registry::{Backend, LinearWeight, OpRegistry};
 
 #[derive(Clone, Debug)]
 enum FeedForward {
@@ -76,7 +76,8 @@ impl Model {
         Self::load_with(dir, OpRegistry::default())
     }
 
-    /// Loads `dir`; the model's ops run through `ops`.
+    /// Loads `dir`; the model's ops run through `ops`. On the CUDA backend the W4A16 weights are
+    /// then uploaded with the kernels their shapes' plans name (see [`crate::cuda`]).
     pub fn load_with(dir: &Path, ops: OpRegistry) -> Result<Model> {
         let config = Config::load(&dir.join("config.json"))?;
         let ckpt = Checkpoint::open(dir)?;
@@ -104,7 +105,7 @@ impl Model {
         } else {
             ckpt.linear("lm_head", v, h, c.quant_group("lm_head"))?
         };
-        Ok(Model {
+        let mut model = Model {
             norm: ckpt.tensor("model.norm.weight", &[h])?,
             rope: rotary::rope_table(c),
             scale: rotary::softmax_scale(c),
@@ -113,7 +114,23 @@ impl Model {
             lm_head,
             ops,
             config,
-        })
+        };
+        if let Backend::Cuda(cuda) = model.ops.backend().clone() {
+            cuda.upload(model.linears_mut())?;
+        }
+        Ok(model)
+    }
+
+    /// Every linear weight of the model.
+    fn linears_mut(&mut self) -> impl Iterator<Item = &mut LinearWeight> {
+        let layers = self.layers.iter_mut().flat_map(|layer| {
+            let ffn: Box<dyn Iterator<Item = &mut LinearWeight>> = match &mut layer.ffn {
+                FeedForward::Dense(mlp) => Box::new(mlp.linears_mut().into_iter()),
+                FeedForward::Moe(moe) => Box::new(moe.linears_mut()),
+            };
+            layer.attn.linears_mut().into_iter().chain(ffn)
+        });
+        layers.chain(std::iter::once(&mut self.lm_head))
     }
 
     pub fn ops(&self) -> &OpRegistry {

@@ -94,6 +94,11 @@ impl Moe {
         Ok(Self { routing: Routing::from_config(c), router, bias, experts, shared })
     }
 
+    pub fn linears_mut(&mut self) -> impl Iterator<Item = &mut LinearWeight> {
+        let mlps = self.experts.iter_mut().chain(self.shared.as_mut());
+        std::iter::once(&mut self.router).chain(mlps.flat_map(Mlp::linears_mut))
+    }
+
     /// `m` rows of `x` in, `m` rows out: the weighted routed experts (added in ascending expert
     /// index) plus the shared experts. Each expert runs on the rows routed to it; every op is
     /// row-independent, so a row's result does not depend on which other rows came along.

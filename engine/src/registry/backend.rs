@@ -1,20 +1,37 @@
 //! What an op runs on, and how the implementation of one (op, shape) is chosen.
 
 use std::fmt;
+use std::sync::Arc;
 
-/// The device every op of a model runs on, chosen once at startup. A CUDA backend joins as a
-/// variant holding its device; every op keeps its CPU implementation as the reference.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+use crate::cuda::CudaBackend;
+
+/// The device every op of a model runs on, chosen once at startup; every op keeps its CPU
+/// implementation as the reference.
+#[derive(Clone, Debug, Default)]
 pub enum Backend {
     /// The deterministic, batch-invariant reference ops of [`crate::ops::cpu`].
     #[default]
     Cpu,
+    /// W4A16 linears on a GPU with tuned kernels; the other ops on the CPU reference.
+    Cuda(Arc<CudaBackend>),
+}
+
+/// Backends are equal when they are the same device: the CPU, or the same opened GPU.
+impl PartialEq for Backend {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Backend::Cpu, Backend::Cpu) => true,
+            (Backend::Cuda(a), Backend::Cuda(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Backend::Cpu => f.write_str("cpu"),
+            Backend::Cuda(c) => write!(f, "cuda ({}, {})", c.gpu().name, c.gpu().arch),
         }
     }
 }
@@ -78,11 +95,15 @@ pub struct ShapeKey {
     pub group_size: usize,
 }
 
-/// One implementation of an op. Tuned GPU kernels join as variants naming their kernel variant.
+/// One implementation of an op.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Impl {
     /// The CPU reference op.
     CpuReference,
+    /// The GPU kernel the CUDA backend planned for the weight's shape at load (from the tuning DB;
+    /// see [`crate::cuda::plan`]). Only W4A16 linears have one; a weight that was not uploaded runs
+    /// the CPU reference.
+    CudaKernel,
 }
 
 /// Picks the implementation of one (op, shape) on a backend: the hook a tuning DB plugs into.
@@ -93,9 +114,10 @@ pub trait ImplChooser: Send + Sync {
 
 impl Backend {
     /// The implementation used when no chooser has an opinion.
-    pub fn default_impl(&self, _key: &ShapeKey) -> Impl {
-        match self {
-            Backend::Cpu => Impl::CpuReference,
+    pub fn default_impl(&self, key: &ShapeKey) -> Impl {
+        match (self, key.op) {
+            (Backend::Cuda(_), OpName::W4a16Linear) => Impl::CudaKernel,
+            _ => Impl::CpuReference,
         }
     }
 }

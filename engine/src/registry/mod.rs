@@ -1,16 +1,23 @@
 //! The op registry: every op the model calls, by name, with typed arguments. A [`Backend`] is
-//! chosen at startup; for each (op, shape) an optional [`ImplChooser`] (a tuning DB) may pick
-//! the implementation, otherwise the backend's default runs. Today every op has its CPU
-//! reference implementation.
+//! chosen at startup; for each (op, shape) an optional [`ImplChooser`] may override the
+//! implementation, otherwise the backend's default runs. Every op has its CPU reference
+//! implementation; the W4A16 linear also has the CUDA backend's tuned kernels
+//! ([`Impl::CudaKernel`]). The other ops have no GPU implementation yet: whatever is chosen, the
+//! CPU reference runs them.
 
 mod backend;
 mod linear;
+mod startup;
 
 use std::sync::Arc;
 
 pub use backend::{Backend, Impl, ImplChooser, OpName, ShapeKey};
 pub use linear::LinearWeight;
+pub use startup::{BackendKind, Selection, select};
 
+use kdtree_quant::QuantizedWeight;
+
+use crate::cuda::CudaLinear;
 use crate::error::Result;
 use crate::mask::TreeMask;
 use crate::ops::cpu::{self, AttentionShape, RopeTable};
@@ -67,14 +74,19 @@ impl OpRegistry {
     pub fn linear(&self, x: &[f32], m: usize, w: &LinearWeight) -> Result<Vec<f32>> {
         match w {
             LinearWeight::Dense { n, k, w } => match self.pick(OpName::Linear, m, *n, *k) {
-                Impl::CpuReference => cpu::linear(x, m, w, *n),
+                Impl::CpuReference | Impl::CudaKernel => cpu::linear(x, m, w, *n),
             },
-            LinearWeight::W4a16(q) => {
-                let key = ShapeKey { op: OpName::W4a16Linear, m, n: q.n, k: q.k, group_size: q.group_size };
-                match self.choose(&key) {
-                    Impl::CpuReference => cpu::w4a16_linear(x, m, q),
-                }
-            }
+            LinearWeight::W4a16(q) => self.w4a16_linear(x, m, q, None),
+            LinearWeight::Cuda(d) => self.w4a16_linear(x, m, &d.host, Some(d)),
+        }
+    }
+
+    /// The W4A16 linear: the GPU kernel when chosen and the weight is on the GPU, else the CPU reference.
+    fn w4a16_linear(&self, x: &[f32], m: usize, q: &QuantizedWeight, gpu: Option<&CudaLinear>) -> Result<Vec<f32>> {
+        let key = ShapeKey { op: OpName::W4a16Linear, m, n: q.n, k: q.k, group_size: q.group_size };
+        match (self.choose(&key), gpu) {
+            (Impl::CudaKernel, Some(d)) => d.forward(x, m),
+            (Impl::CudaKernel, None) | (Impl::CpuReference, _) => cpu::w4a16_linear(x, m, q),
         }
     }
 
@@ -82,7 +94,7 @@ impl OpRegistry {
     pub fn rmsnorm(&self, x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
         let mut out = vec![0f32; x.len()];
         match self.pick(OpName::RmsNorm, x.len() / weight.len().max(1), weight.len(), 0) {
-            Impl::CpuReference => cpu::rmsnorm(x, weight, eps, &mut out),
+            Impl::CpuReference | Impl::CudaKernel => cpu::rmsnorm(x, weight, eps, &mut out),
         }
         out
     }
@@ -90,10 +102,10 @@ impl OpRegistry {
     /// Rotates `x` (`[positions.len(), heads, head_dim]`) in place.
     pub fn rope(&self, x: &mut [f32], head_dim: usize, positions: &[usize], table: &RopeTable, layout: RopeLayout) {
         match (self.pick(OpName::Rope, positions.len(), x.len() / positions.len().max(1), head_dim), layout) {
-            (Impl::CpuReference, RopeLayout::Interleaved) => {
+            (Impl::CpuReference | Impl::CudaKernel, RopeLayout::Interleaved) => {
                 cpu::rope_interleaved(x, head_dim, positions, &table.cos, &table.sin)
             }
-            (Impl::CpuReference, RopeLayout::HalfSplit) => {
+            (Impl::CpuReference | Impl::CudaKernel, RopeLayout::HalfSplit) => {
                 cpu::rope_half_split(x, head_dim, positions, &table.cos, &table.sin)
             }
         }
@@ -110,7 +122,7 @@ impl OpRegistry {
         shape: AttentionShape,
     ) -> Vec<f32> {
         match self.pick(OpName::Attention, mask.len(), shape.heads * shape.v_dim, past + mask.len()) {
-            Impl::CpuReference => cpu::attention(q, k, v, past, mask, shape),
+            Impl::CpuReference | Impl::CudaKernel => cpu::attention(q, k, v, past, mask, shape),
         }
     }
 
@@ -118,7 +130,7 @@ impl OpRegistry {
     pub fn silu_mul(&self, gate: &[f32], up: &[f32]) -> Vec<f32> {
         let mut out = vec![0f32; gate.len()];
         match self.pick(OpName::SiluMul, 0, gate.len(), 0) {
-            Impl::CpuReference => cpu::silu_mul(gate, up, &mut out),
+            Impl::CpuReference | Impl::CudaKernel => cpu::silu_mul(gate, up, &mut out),
         }
         out
     }
@@ -126,14 +138,14 @@ impl OpRegistry {
     /// Row-wise softmax in place.
     pub fn softmax(&self, x: &mut [f32], cols: usize) {
         match self.pick(OpName::Softmax, x.len() / cols.max(1), cols, 0) {
-            Impl::CpuReference => cpu::softmax(x, cols),
+            Impl::CpuReference | Impl::CudaKernel => cpu::softmax(x, cols),
         }
     }
 
     /// Row-wise argmax, ties to the lowest index.
     pub fn argmax(&self, x: &[f32], cols: usize) -> Vec<u32> {
         match self.pick(OpName::Argmax, x.len() / cols.max(1), cols, 0) {
-            Impl::CpuReference => cpu::argmax(x, cols),
+            Impl::CpuReference | Impl::CudaKernel => cpu::argmax(x, cols),
         }
     }
 
@@ -141,7 +153,7 @@ impl OpRegistry {
     pub fn embedding(&self, table: &[f32], dim: usize, ids: &[u32]) -> Result<Vec<f32>> {
         let mut out = vec![0f32; ids.len() * dim];
         match self.pick(OpName::Embedding, ids.len(), dim, 0) {
-            Impl::CpuReference => cpu::embedding(table, dim, ids, &mut out)?,
+            Impl::CpuReference | Impl::CudaKernel => cpu::embedding(table, dim, ids, &mut out)?,
         }
         Ok(out)
     }

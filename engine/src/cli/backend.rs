@@ -1,0 +1,80 @@
+//! `--backend` and its options, shared by the subcommands that run a model.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use kdtree_engine::cuda::{CudaOptions, Mode, Plan, Source};
+use kdtree_engine::registry::{Backend, BackendKind};
+use kdtree_jit::Variant;
+use kdtree_jit::tune::db::TuningDb;
+
+/// Where ops run. On CUDA, W4A16 linears run tuned GPU kernels (one variant per weight shape,
+/// from the tuning DB) and every other op runs on the CPU reference.
+#[derive(Debug, Args)]
+pub struct BackendArgs {
+    /// `auto`: CUDA when a GPU, its driver and NVRTC are found, else the CPU (with a one-line note).
+    /// `cuda` without a GPU is an error.
+    #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
+    pub backend: BackendKind,
+    /// Tuning DB that picks each W4A16 shape's kernel variant [default: $KDTREE_TUNING_DB, else
+    /// <user cache dir>/kdtree/tuning.json]. A shape without a fresh entry runs the default variant
+    /// (mma 16x64x128, 4 warps, 4 stages, no split-K, f32 sums), with a note.
+    #[arg(long, value_name = "PATH")]
+    pub tuning_db: Option<PathBuf>,
+    /// Exact mode (the default): one variant per weight shape for every M, the DB's best for the
+    /// bucket of this M [default: the tree size, budget + 1, with --spec ddtree; else 1], so that tree
+    /// and one-token forwards agree bit for bit and DDTree's output equals greedy decoding's.
+    #[arg(long, value_name = "M")]
+    pub exact_variant_m: Option<usize>,
+    /// The DB's best variant per M bucket: faster, but gives up bitwise equality of tree and
+    /// sequential forwards, so DDTree may no longer reproduce greedy decoding token for token.
+    #[arg(long, conflicts_with = "exact_variant_m")]
+    pub fast: bool,
+    /// Which GPU (0 is the first).
+    #[arg(long, default_value_t = 0)]
+    pub gpu: usize,
+}
+
+impl BackendArgs {
+    /// Opens the backend; `default_m` is the M exact mode tunes for when --exact-variant-m is absent.
+    /// Prints a one-line note to stderr when `auto` falls back to the CPU.
+    pub fn open(&self, default_m: usize) -> anyhow::Result<Backend> {
+        let mode = if self.fast { Mode::Fast } else { Mode::Exact { m: self.exact_variant_m.unwrap_or(default_m) } };
+        let tuning_db = self.tuning_db.clone().unwrap_or_else(TuningDb::default_path);
+        let (backend, note) = Backend::open(self.backend, &CudaOptions { ordinal: self.gpu, tuning_db, mode })?;
+        if let Some(note) = note {
+            eprintln!("{note}");
+        }
+        Ok(backend)
+    }
+}
+
+/// One row per W4A16 weight shape: the variant it runs and where that came from, as a table and
+/// as JSON. Empty on the CPU.
+pub fn variant_table(backend: &Backend) -> (String, serde_json::Value) {
+    let Backend::Cuda(cuda) = backend else { return (String::new(), serde_json::Value::Array(Vec::new())) };
+    let mut text = format!("{:<22} {:>8} {:<64} source\n", "W4A16 shape", "M", "variant");
+    let mut rows = Vec::new();
+    for (shape, plan) in cuda.plans() {
+        for (m, choice) in rows_of(&plan) {
+            let source = match &choice.source {
+                Source::Tuned { bucket, nearest: false } => format!("tuned at M bucket {bucket}"),
+                Source::Tuned { bucket, nearest: true } => format!("tuned at M bucket {bucket} (nearest)"),
+                Source::Default { reason } => format!("default: {reason}"),
+            };
+            text += &format!("{:<22} {:>8} {:<64} {source}\n", shape.to_string(), m, choice.variant.name());
+            rows.push(serde_json::json!({
+                "shape": shape, "m": m, "variant": choice.variant.name(), "source": choice.source,
+            }));
+        }
+    }
+    (text, serde_json::Value::Array(rows))
+}
+
+/// The (M range, choice) rows of a plan: per bucket in fast mode, then the variant for all other M.
+fn rows_of(plan: &Plan) -> Vec<(String, &kdtree_engine::cuda::Choice)> {
+    let range = |b: u32| if b == 1 { "1".to_owned() } else { format!("{}-{b}", b / 2 + 1) };
+    let mut rows: Vec<(String, _)> = plan.by_bucket.iter().map(|(b, c)| (range(*b), c)).collect();
+    rows.push((if rows.is_empty() { "all".into() } else { "other".into() }, &plan.general));
+    rows
+}

@@ -1,0 +1,164 @@
+//! Without a GPU: how the backend is chosen at startup, and which W4A16 variant each weight shape
+//! gets from a tuning DB (a hit, the nearest M bucket, a stale entry, a missing one).
+
+use kdtree_engine::EngineError;
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, Source, WeightShape, default_variant, plan};
+use kdtree_engine::registry::{BackendKind, Selection, select};
+use kdtree_jit::tune::bench::Timing;
+use kdtree_jit::tune::db::{Entry, TuningDb};
+use kdtree_jit::tune::env::Environment;
+use kdtree_jit::tune::key::{ProblemKey, Shape};
+use kdtree_jit::tune::peers::Peers;
+use kdtree_jit::w4a16::{Algo, W4a16, supports};
+use kdtree_jit::{Arch, Target, Variant};
+use kdtree_quant::Dtype;
+
+fn no_gpu() -> kdtree_engine::Result<&'static str> {
+    Err(EngineError::Gpu(kdtree_jit::Error::NoDriver { reason: "libcuda.so.1 is missing".into() }))
+}
+
+#[test]
+fn cpu_never_probes_the_gpu() {
+    let selection = select(BackendKind::Cpu, || -> kdtree_engine::Result<&str> { panic!("probed") }).unwrap();
+    assert!(matches!(selection, Selection::Cpu { note: None }));
+}
+
+#[test]
+fn auto_takes_the_gpu_when_it_opens_and_falls_back_with_the_reason_otherwise() {
+    assert!(matches!(select(BackendKind::Auto, || Ok("gpu")).unwrap(), Selection::Gpu("gpu")));
+    let Selection::Cpu { note: Some(note) } = select(BackendKind::Auto, no_gpu).unwrap() else { panic!("not the CPU") };
+    assert!(note.contains("running on the CPU") && note.contains("libcuda.so.1 is missing"), "{note}");
+    assert_eq!(note.lines().count(), 1, "{note}");
+}
+
+#[test]
+fn cuda_without_a_gpu_is_an_error_naming_what_is_missing() {
+    let err = select(BackendKind::Cuda, no_gpu).unwrap_err();
+    assert!(matches!(err, EngineError::BackendUnavailable { .. }), "{err:?}");
+    assert!(err.to_string().contains("no CUDA driver found"), "{err}");
+}
+
+#[test]
+fn opening_cuda_returns_a_backend_or_an_error_never_a_panic() {
+    let options = CudaOptions { ordinal: 0, tuning_db: "/nonexistent/tuning.json".into(), mode: Mode::Exact { m: 1 } };
+    if let Err(e) = CudaBackend::open(&options) {
+        let message = e.to_string();
+        assert!(["CUDA driver", "GPU", "NVRTC"].iter().any(|what| message.contains(what)), "{message}");
+    }
+}
+
+const ARCH: Arch = Arch(90);
+const SHAPE: WeightShape = WeightShape { n: 4096, k: 7168, group_size: 32, dtype: Dtype::Bf16 };
+
+fn env() -> Environment {
+    Environment {
+        device: "NVIDIA H200".into(),
+        compute_capability: (9, 0),
+        driver: 13000,
+        nvrtc: (13, 0),
+        templates: "abc".into(),
+    }
+}
+
+/// The default variant with some axes changed: a variant named through the generated type.
+fn variant(algo: Algo, bm: u32, split_k: u32) -> W4a16 {
+    let stages = if algo == Algo::Gemv { 1 } else { 4 };
+    W4a16 { algo, bm, split_k, stages, ..default_variant(&SHAPE) }
+}
+
+fn entry(bucket: u32, v: &W4a16, env: &Environment) -> Entry {
+    let timing = Timing { median_us: 10.0, p10_us: 9.0, p90_us: 11.0, reps: 100 };
+    Entry {
+        key: ProblemKey::w4a16(bucket, Shape { n: SHAPE.n as u32, k: SHAPE.k as u32 }, 32, Dtype::Bf16, ARCH),
+        env: env.clone(),
+        variant: v.name(),
+        m: bucket,
+        timing,
+        error: 1e-3,
+        peers: Peers { cublas_bf16: Some(timing), cublas_f16: None, copy_gbps: 4000.0 },
+        bytes: 1 << 20,
+        timed: 10,
+        rejected: Vec::new(),
+        tuned_at_unix: 0,
+    }
+}
+
+fn db(entries: Vec<Entry>) -> TuningDb {
+    TuningDb { entries, ..TuningDb::default() }
+}
+
+#[test]
+fn exact_mode_takes_the_dbs_pick_for_the_asked_bucket_for_every_m() {
+    let (gemv, mma16, mma64) = (variant(Algo::Gemv, 1, 4), variant(Algo::Mma, 16, 4), variant(Algo::Mma, 64, 1));
+    let e = env();
+    let db = db(vec![entry(1, &gemv, &e), entry(16, &mma16, &e), entry(64, &mma64, &e)]);
+    let p = plan(&db, &e, ARCH, &SHAPE, Mode::Exact { m: 9 });
+    assert_eq!(p.general.variant, mma16);
+    assert_eq!(p.general.source, Source::Tuned { bucket: 16, nearest: false });
+    assert!([1, 9, 33, 128, 4096].iter().all(|&m| *p.variant_for(m) == mma16), "one variant for all M");
+    // M = 1 is tuned to a gemv variant, which cannot run a tree: the nearest bucket with one that can.
+    let p = plan(&db, &e, ARCH, &SHAPE, Mode::Exact { m: 1 });
+    assert_eq!(p.general.variant, mma16);
+    assert_eq!(p.general.source, Source::Tuned { bucket: 16, nearest: true });
+}
+
+#[test]
+fn a_stale_or_missing_entry_falls_back_to_the_default_with_the_reason() {
+    let mut newer_driver = env();
+    newer_driver.driver = 13010;
+    let stale = db(vec![entry(16, &variant(Algo::Mma, 32, 4), &env())]);
+    let p = plan(&stale, &newer_driver, ARCH, &SHAPE, Mode::Exact { m: 16 });
+    assert_eq!(p.general.variant, default_variant(&SHAPE));
+    let Source::Default { reason } = &p.general.source else { panic!("{:?}", p.general.source) };
+    assert!(reason.contains("stale") && reason.contains("driver was 13000, is 13010"), "{reason}");
+
+    let other_shape = WeightShape { n: 7168, ..SHAPE };
+    let p = plan(&stale, &env(), ARCH, &other_shape, Mode::Exact { m: 16 });
+    assert_eq!(p.general.variant, default_variant(&other_shape));
+    assert_eq!(p.general.source, Source::Default { reason: "not in the tuning DB".into() });
+
+    let gemv_only = db(vec![entry(1, &variant(Algo::Gemv, 1, 1), &env())]);
+    let p = plan(&gemv_only, &env(), ARCH, &SHAPE, Mode::Exact { m: 1 });
+    assert!(matches!(&p.general.source, Source::Default { reason } if reason.contains("every M")), "{p:?}");
+}
+
+#[test]
+fn fast_mode_runs_each_buckets_pick_and_the_largest_buckets_beyond() {
+    let (gemv, mma16, mma128) = (variant(Algo::Gemv, 1, 4), variant(Algo::Mma, 16, 4), variant(Algo::Mma, 64, 1));
+    let e = env();
+    let db = db(vec![entry(1, &gemv, &e), entry(16, &mma16, &e), entry(128, &mma128, &e)]);
+    let p = plan(&db, &e, ARCH, &SHAPE, Mode::Fast);
+    assert_eq!(*p.variant_for(1), gemv);
+    assert_eq!(*p.variant_for(12), mma16);
+    assert_eq!(*p.variant_for(100), mma128);
+    assert_eq!(*p.variant_for(1000), mma128, "beyond the buckets: the largest bucket's pick");
+    assert!(p.variants().contains(&gemv) && p.variants().len() == 3);
+    // Bucket 2 has no entry; gemv m1 cannot run 2 rows, so its nearest usable pick is mma.
+    assert_eq!(p.variant_for(2).algo, Algo::Mma);
+}
+
+#[test]
+fn a_db_read_from_disk_plans_like_the_one_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tuning.json");
+    let in_memory = db(vec![entry(16, &variant(Algo::Mma, 32, 4), &env())]);
+    in_memory.save(&path).unwrap();
+    let read = TuningDb::open(&path).unwrap();
+    let mode = Mode::Exact { m: 16 };
+    assert_eq!(plan(&read, &env(), ARCH, &SHAPE, mode), plan(&in_memory, &env(), ARCH, &SHAPE, mode));
+    assert_eq!(plan(&read, &env(), ARCH, &SHAPE, mode).general.variant, variant(Algo::Mma, 32, 4));
+}
+
+#[test]
+fn the_default_variant_is_valid_and_serves_any_m_for_every_group_dtype_and_arch() {
+    for arch in [Arch(80), Arch(90), Arch(120)] {
+        for dtype in Dtype::ALL {
+            for group_size in [32, 64, 128] {
+                let shape = WeightShape { n: 100, k: 3 * group_size, group_size, dtype };
+                let v = default_variant(&shape);
+                assert_eq!(v.check(&Target { arch }), Ok(()), "{} on {arch}", v.name());
+                assert!([1, 7, 129, 5000].iter().all(|&m| supports(&v, m, shape.n, shape.k)), "{}", v.name());
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! On a GPU: the CUDA backend against the CPU reference, and the batch invariance DDTree's greedy
+//! exactness rests on, at the kernel and at the model level. Run on a GPU machine:
+//! `cargo test --release -p kdtree-engine --test cuda -- --ignored --nocapture`.
+
+mod ddtree_common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ddtree_common::{Script, Scripted, assert_exact, greedy_text};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, WeightShape, default_variant};
+use kdtree_engine::registry::{Backend, OpRegistry};
+use kdtree_engine::spec::{LookupDrafter, TreeLimits};
+use kdtree_engine::tiny::{TinySpec, write_tiny_model};
+use kdtree_engine::{KvCache, Model, TreeMask};
+use kdtree_jit::tune::bench::Timing;
+use kdtree_jit::tune::db::{Entry, TuningDb};
+use kdtree_jit::tune::env::Environment;
+use kdtree_jit::tune::key::{ProblemKey, Shape};
+use kdtree_jit::tune::peers::Peers;
+use kdtree_jit::w4a16::{self, Acc, Algo, Problem, W4a16};
+use kdtree_jit::{Arch, Gpu, Target, Variant, compile_variant};
+use kdtree_quant::Dtype;
+
+/// The tiny model's INT4 expert shapes: gate/up [32, 64] and down [64, 32], group 32, bf16 scales.
+const GATE_UP: WeightShape = WeightShape { n: 32, k: 64, group_size: 32, dtype: Dtype::Bf16 };
+const DOWN: WeightShape = WeightShape { n: 64, k: 32, group_size: 32, dtype: Dtype::Bf16 };
+
+/// Split-K variants for the expert shapes, so the DB path and the split-K reduction both run.
+fn split_k(shape: &WeightShape, bm: u32, bk: u32, warps: u32) -> W4a16 {
+    W4a16 { bm, bk, warps, split_k: 4, ..default_variant(shape) }
+}
+
+fn tuned() -> [(WeightShape, u32, W4a16); 3] {
+    [
+        (GATE_UP, 16, split_k(&GATE_UP, 32, 256, 8)),
+        (DOWN, 16, split_k(&DOWN, 16, 128, 4)),
+        // M = 1 only, for fast mode: a gemv variant.
+        (GATE_UP, 1, W4a16 { algo: Algo::Gemv, bm: 1, stages: 1, ..split_k(&GATE_UP, 1, 128, 4) }),
+    ]
+}
+
+/// The variants whose rows are checked for independence, on a [M, 416] x [200, 416]ᵀ product.
+fn row_test_variants() -> Vec<W4a16> {
+    let base = default_variant(&WeightShape { n: 200, k: 13 * 32, group_size: 32, dtype: Dtype::Bf16 });
+    let f16 = W4a16 { dtype: Dtype::F16, ..base };
+    vec![
+        base,
+        W4a16 { bm: 32, bk: 256, warps: 8, split_k: 4, ..base },
+        W4a16 { bm: 64, ..base },
+        W4a16 { acc: Acc::F16, ..f16 },
+        W4a16 { algo: Algo::Gemv, bm: 4, stages: 1, split_k: 4, ..base },
+    ]
+}
+
+/// Runs without a GPU, so that a change of the validity rule shows here rather than on the GPU.
+#[test]
+fn the_variants_these_tests_run_are_valid_on_sm_90() {
+    let target = Target { arch: Arch(90) };
+    for v in tuned().map(|(_, _, v)| v).into_iter().chain(row_test_variants()) {
+        assert_eq!(v.check(&target), Ok(()), "{}", v.name());
+    }
+}
+
+/// A tuning DB, fresh for this GPU, holding [`tuned`].
+fn write_db(path: &Path) {
+    let gpu = Gpu::open(0).expect("a GPU");
+    let env = Environment::detect(&gpu).expect("environment");
+    let timing = Timing { median_us: 1.0, p10_us: 1.0, p90_us: 1.0, reps: 1 };
+    let entries = tuned().map(|(s, bucket, v)| Entry {
+        key: ProblemKey::w4a16(bucket, Shape { n: s.n as u32, k: s.k as u32 }, 32, s.dtype, gpu.arch),
+        env: env.clone(),
+        variant: v.name(),
+        m: bucket,
+        timing,
+        error: 0.0,
+        peers: Peers { cublas_bf16: None, cublas_f16: None, copy_gbps: 0.0 },
+        bytes: 0,
+        timed: 1,
+        rejected: Vec::new(),
+        tuned_at_unix: 0,
+    });
+    TuningDb { entries: entries.into(), ..TuningDb::default() }.save(path).expect("DB written");
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    cpu: Model,
+    /// Default variants (no DB).
+    cuda: Model,
+    /// Exact mode with the split-K DB.
+    tuned: Model,
+    /// Fast mode with the same DB.
+    fast: Model,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let model_dir = dir.path().join("model");
+    write_tiny_model(&model_dir, &TinySpec { int4_experts: true, seed: 11, ..TinySpec::default() }).unwrap();
+    let db = dir.path().join("tuning.json");
+    write_db(&db);
+    let load = |tuning_db: &Path, mode| {
+        let cuda = CudaBackend::open(&CudaOptions { ordinal: 0, tuning_db: tuning_db.into(), mode }).expect("CUDA");
+        Model::load_with(&model_dir, OpRegistry::new(Backend::Cuda(Arc::new(cuda)))).expect("loads on CUDA")
+    };
+    let exact = Mode::Exact { m: 16 };
+    Fixture {
+        cpu: Model::load(&model_dir).unwrap(),
+        cuda: load(&dir.path().join("missing.json"), exact),
+        tuned: load(&db, exact),
+        fast: load(&db, Mode::Fast),
+        _dir: dir,
+    }
+}
+
+fn prefill(model: &Model, prompt: &[u32]) -> (KvCache, Vec<f32>) {
+    let mut cache = model.new_cache();
+    let positions: Vec<usize> = (0..prompt.len()).collect();
+    let logits = model.forward(&mut cache, prompt, &positions, None).unwrap();
+    (cache, logits)
+}
+
+fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+/// How far the CUDA backend's logits may be from the CPU's, relative to the largest logit: each
+/// INT4 linear rounds its input and its output to bf16 (eps / 2 each); the routed experts' gate/up
+/// and down run in sequence in both MoE layers, so about 8 roundings of eps / 2 lie on the way to
+/// the logits, diluted by the residual stream and the f32 CPU ops around them: 4 eps bounds it.
+const TOLERANCE: f32 = 4.0 * 0.0078125;
+
+fn relative_error(a: &[f32], reference: &[f32]) -> f32 {
+    let scale = reference.iter().fold(0f32, |m, r| m.max(r.abs()));
+    a.iter().zip(reference).fold(0f32, |m, (x, r)| m.max((x - r).abs())) / scale
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn cuda_logits_match_the_cpu_backend_within_bf16_rounding() {
+    let f = fixture();
+    let prompt = [9u32, 250, 3, 77, 77, 1, 40, 41, 42, 43, 9, 250, 3, 77, 77, 1, 5, 6];
+    let (_, reference) = prefill(&f.cpu, &prompt);
+    for (name, model) in [("default variants", &f.cuda), ("tuned split-K", &f.tuned), ("fast", &f.fast)] {
+        let Backend::Cuda(cuda) = model.ops().backend() else { panic!("not on CUDA") };
+        let shapes: Vec<WeightShape> = cuda.plans().into_iter().map(|(s, _)| s).collect();
+        assert_eq!(shapes, [GATE_UP, DOWN], "the INT4 expert shapes are on the GPU");
+        let (_, logits) = prefill(model, &prompt);
+        let err = relative_error(&logits, &reference);
+        println!("{name}: CUDA vs CPU logits, max |diff| / max |logit| = {err:.2e} (tolerance {TOLERANCE:.2e})");
+        assert!(err <= TOLERANCE, "{name}: {err:.3e}");
+    }
+}
+
+/// A binary tree of `n` nodes after the prompt: node i's parent is (i - 1) / 2.
+fn binary_tree(n: usize) -> (Vec<Option<usize>>, Vec<usize>) {
+    let parents: Vec<Option<usize>> = (0..n).map(|i| (i > 0).then(|| (i - 1) / 2)).collect();
+    let mut depths = vec![0; n];
+    for i in 1..n {
+        depths[i] = depths[(i - 1) / 2] + 1;
+    }
+    (parents, depths)
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn tree_forward_equals_sequential_forward_bitwise_on_cuda() {
+    let f = fixture();
+    let vocab = f.tuned.config.vocab_size;
+    let prompt = [3u32, 1, 4, 1, 5, 9, 2];
+    let n = 40; // more rows than one 32-row tile, spread over the experts
+    let (parents, depths) = binary_tree(n);
+    let tokens: Vec<u32> = (0..n as u32).map(|i| (i * 37 + 11) % vocab as u32).collect();
+    for model in [&f.cuda, &f.tuned] {
+        let (mut cache, _) = prefill(model, &prompt);
+        let positions: Vec<usize> = depths.iter().map(|d| prompt.len() + d).collect();
+        let logits = model.forward(&mut cache, &tokens, &positions, Some(&TreeMask::from_parents(&parents))).unwrap();
+        for row in 0..n {
+            let mut path = vec![row];
+            while let Some(p) = parents[*path.last().unwrap()] {
+                path.push(p);
+            }
+            let (mut cache, _) = prefill(model, &prompt);
+            let mut alone = Vec::new();
+            for &node in path.iter().rev() {
+                let position = cache.len();
+                alone = model.forward(&mut cache, &[tokens[node]], &[position], None).unwrap();
+            }
+            assert_eq!(bits(&logits[row * vocab..(row + 1) * vocab]), bits(&alone), "row {row}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn ddtree_equals_greedy_token_for_token_on_cuda() {
+    let f = fixture();
+    let vocab = f.tuned.config.vocab_size;
+    let prompts: [&[u32]; 3] = [&[1, 2, 3, 1, 2, 3, 1, 2], &[200, 7], &[5, 5, 5, 5, 9, 9, 9]];
+    for model in [&f.cuda, &f.tuned] {
+        for (i, prompt) in prompts.iter().enumerate() {
+            let text = greedy_text(model, prompt, 24);
+            for limits in [TreeLimits { budget: 8, draft_len: 4 }, TreeLimits { budget: 40, draft_len: 8 }] {
+                let stats = assert_exact(model, &mut LookupDrafter::new(3, vocab), prompt, 24, limits, None);
+                println!("prompt {i} {limits:?} lookup: tau {:.2}", stats.tau());
+                let script = Script::Random { seed: i as u64 + 1 };
+                assert_exact(model, &mut Scripted::new(text.clone(), vocab, script), prompt, 24, limits, None);
+                let oracle = assert_exact(
+                    model,
+                    &mut Scripted::new(text.clone(), vocab, Script::Oracle),
+                    prompt,
+                    24,
+                    limits,
+                    None,
+                );
+                assert!(oracle.tau() > 1.0, "the oracle's drafts are accepted");
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn w4a16_kernels_compute_each_row_independently_of_the_others_bitwise() {
+    let gpu = Gpu::open(0).expect("a GPU");
+    for v in row_test_variants() {
+        let f = gpu.load(&compile_variant(&v, gpu.arch, None).expect("compiles")).expect("loads");
+        let (n, k) = (200, 13 * 32);
+        let m = if v.algo == Algo::Gemv { v.bm as usize } else { 37 };
+        let p = Problem::random(m, n, k, 32, v.dtype, 5).expect("problem");
+        let all = w4a16::gemm_host(&gpu, &f, &v, &p.x, m, &p.w).expect("runs");
+        let rows =
+            |from: usize, to: usize| w4a16::gemm_host(&gpu, &f, &v, &p.x[from * k..to * k], to - from, &p.w).unwrap();
+        for r in 0..m {
+            assert_eq!(rows(r, r + 1), all[r * n..(r + 1) * n], "{}: row {r} alone", v.name());
+        }
+        let (a, b) = (1, m.min(22));
+        assert_eq!(rows(a, b), all[a * n..b * n], "{}: rows {a}..{b}", v.name());
+        println!("{}: rows of M = {m} equal to the same rows alone and in a batch of {}", v.name(), b - a);
+    }
+}
