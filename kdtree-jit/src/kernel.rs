@@ -168,9 +168,20 @@ mod tests {
     #[test]
     fn the_macro_registers_its_kernel() {
         let def = registered().into_iter().find(|d| d.name == "registry_probe").expect("registered");
+        assert!(std::ptr::eq(def, &registry_probe::KERNEL));
         assert_eq!(def.path, "kdtree_jit::kernel::tests::registry_probe");
         assert_eq!(def.origin, "inline");
         assert!(def.source.contains("__global__ void registry_probe"));
+    }
+
+    #[test]
+    fn a_registered_kernel_compiles_without_a_gpu() {
+        let compiled = registry_probe::KERNEL.compile(Arch(90), None).unwrap();
+        assert_eq!(compiled.name, "registry_probe");
+        assert!(!compiled.cubin.is_empty());
+        let all = compile_registered(Arch(120), None);
+        let (_, probe) = all.iter().find(|(d, _)| d.name == "registry_probe").expect("compiled with the rest");
+        assert!(probe.is_ok());
     }
 
     #[test]
