@@ -52,10 +52,16 @@ impl BackendArgs {
 /// One row per W4A16 weight shape: the variant it runs and where that came from, as a table and
 /// as JSON. Empty on the CPU.
 pub fn variant_table(backend: &Backend) -> (String, serde_json::Value) {
-    let Backend::Cuda(cuda) = backend else { return (String::new(), serde_json::Value::Array(Vec::new())) };
+    let plans = match backend {
+        Backend::Cuda(cuda) => cuda.plans(),
+        Backend::Cpu => Vec::new(),
+    };
+    if plans.is_empty() {
+        return (String::new(), serde_json::Value::Array(Vec::new()));
+    }
     let mut text = format!("{:<22} {:>8} {:<64} source\n", "W4A16 shape", "M", "variant");
     let mut rows = Vec::new();
-    for (shape, plan) in cuda.plans() {
+    for (shape, plan) in plans {
         for (m, choice) in rows_of(&plan) {
             let source = match &choice.source {
                 Source::Tuned { bucket, nearest: false } => format!("tuned at M bucket {bucket}"),

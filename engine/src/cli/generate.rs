@@ -39,7 +39,12 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let ops = OpRegistry::new(args.backend.open(default_m)?);
     let model = Model::load_with(&args.model, ops).with_context(|| format!("loading {}", args.model.display()))?;
     let (variants, variants_json) = variant_table(model.ops().backend());
-    eprint!("{variants}");
+    // With --json, stdout holds one JSON object: the table goes to stderr (and into the object).
+    if args.json {
+        eprint!("{variants}");
+    } else {
+        print!("{variants}");
+    }
     if args.spec.spec.is_some() {
         let c = args.spec.run(&model, &args.prompt_ids, args.max_new, args.stop)?;
         println!("{}", if args.json { serde_json::to_string(&c)? } else { c.table() });

@@ -66,10 +66,6 @@ impl CudaBackend {
         &self.gpu
     }
 
-    pub fn mode(&self) -> Mode {
-        self.mode
-    }
-
     /// The plan of every weight shape uploaded so far, by shape.
     pub fn plans(&self) -> Vec<(WeightShape, Plan)> {
         let plans = self.plans.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -9,8 +9,10 @@
 //! | `generate --spec ddtree` beside plain greedy | [`SpecArgs`], [`Comparison`] |
 //!
 //! The output is exactly plain greedy decoding's: every committed token is the target's argmax after
-//! the committed text, and the CPU backend is batch-invariant, so the tree forward's logits at a node
-//! are bit for bit those of feeding its path one token at a time.
+//! the committed text, and the backend is batch-invariant, so the tree forward's logits at a node
+//! are bit for bit those of feeding its path one token at a time. The CPU backend is by
+//! construction; the CUDA backend is in its exact mode (the default), which runs one kernel variant
+//! per weight shape for every M (see [`crate::cuda`]), and not with `--fast`.
 //!
 //! ```no_run
 //! use kdtree_engine::Model;
