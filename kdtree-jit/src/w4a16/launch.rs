@@ -126,19 +126,19 @@ mod tests {
 
     #[test]
     fn workspace_holds_partials_and_one_counter_per_tile() {
-        let v = W4a16::from_name("w4a16_mma_bf16_g32_m16n128k128_w4_s4_sk4_f32acc").expect("in the space");
-        // M = 20 -> 2 row blocks; N = 300 -> 5 column tiles -> 3 blocks of 128.
-        assert_eq!(workspace_len(&v, 20, 300), 4 * 20 * 300 + 2 * 3);
+        let v = W4a16::from_name("w4a16_mma_bf16_g32_m16n64k128_w4_s4_sk4_f32acc").expect("in the space");
+        // M = 20 -> 2 row blocks; N = 300 -> 5 column tiles.
+        assert_eq!(workspace_len(&v, 20, 300), 4 * 20 * 300 + 2 * 5);
         let g = W4a16::from_name("w4a16_gemv_bf16_g32_m1n64k128_w4_s1_sk1_f32acc").expect("in the space");
         assert_eq!(workspace_len(&g, 1, 300), 0);
     }
 
     #[test]
     fn supports_names_the_limits() {
-        let g = W4a16::from_name("w4a16_gemv_f16_g64_m2n64k128_w4_s1_sk4_f32acc").expect("in the space");
-        assert!(supports(&g, 2, 100, 192));
-        assert!(!supports(&g, 3, 100, 192), "gemv rows");
-        assert!(!supports(&g, 2, 100, 160), "K not a multiple of 64");
+        let g = W4a16::from_name("w4a16_gemv_f16_g64_m4n64k128_w4_s1_sk4_f32acc").expect("in the space");
+        assert!(supports(&g, 4, 100, 192));
+        assert!(!supports(&g, 5, 100, 192), "gemv rows");
+        assert!(!supports(&g, 4, 100, 160), "K not a multiple of 64");
         assert!(!supports(&g, 0, 100, 192));
         let m = W4a16::from_name("w4a16_mma_f16_g64_m16n64k128_w4_s4_sk1_f32acc").expect("in the space");
         assert!(supports(&m, 1000, 7, 64));

@@ -37,6 +37,11 @@ pub fn check(v: &W4a16, target: &Target) -> Result<(), Invalid> {
     if v.acc == Acc::F16 && v.dtype == Dtype::Bf16 {
         return incompatible("f16 accumulation needs f16 activations: bf16 products do not fit f16's range");
     }
+    if v.acc == Acc::F16 && v.split_k > 1 {
+        return incompatible(
+            "f16 accumulation with split-K: partials are exchanged in f32, so it only adds a rounding",
+        );
+    }
     if v.bn % TILE_N != 0 || v.bn == 0 {
         return incompatible(format!("bn = {} is not a multiple of the {TILE_N}-column weight tile", v.bn));
     }
@@ -106,6 +111,11 @@ fn check_mma(v: &W4a16) -> Result<(), Invalid> {
             v.bk / TILE_K
         ));
     }
+    if v.bm == 64 && v.bk / TILE_K / warps_k > 2 {
+        return incompatible(
+            "a warp holding 64 x 64 accumulators has registers for 2 k16 tiles per stage, not more (spills)",
+        );
+    }
     Ok(())
 }
 
@@ -121,8 +131,10 @@ mod tests {
     #[test]
     fn default_space_is_modest_and_shrinks_with_shared_memory() {
         let (sm90, sm120) = (count(90), count(120));
-        assert_eq!(sm90, 162, "every (dtype, acc, group) has 6 gemv and 12 mma points");
-        assert!(sm120 < sm90, "64x128 tiles with 4 stages of group-32 scales exceed sm_120's 99 KiB");
+        // Per group: (f16|bf16, f32 acc) x (8 gemv + 16 mma) + (f16, f16 acc, no split-K) x (4 + 8).
+        assert_eq!(sm90, 3 * (2 * 24 + 12));
+        // sm_120's 99 KiB: no bm = 64, bk = 256 point; bm = 32, bk = 256 only above group 32.
+        assert_eq!(sm120, sm90 - 25);
     }
 
     #[test]
@@ -144,8 +156,8 @@ mod tests {
 
     #[test]
     fn shared_memory_matches_the_mma_pipeline() {
-        let v = W4a16::from_name("w4a16_mma_bf16_g32_m64n128k128_w4_s4_sk1_f32acc").expect("in the space");
-        // 4 stages x (64x128 X halves + 128x128 nibbles + 4 groups x 128 scales)
+        let v = W4a16::from_name("w4a16_mma_bf16_g32_m32n64k256_w4_s4_sk1_f32acc").expect("in the space");
+        // 4 stages x (32x256 X halves + 64x256 nibbles + 8 groups x 64 scales)
         assert_eq!(shared_bytes(&v), 4 * (16384 + 8192 + 1024));
         assert_eq!(
             v.check(&Target { arch: Arch(120) }),

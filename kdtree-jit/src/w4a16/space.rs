@@ -1,14 +1,13 @@
 //! The default W4A16 variant space: the axes the templates read and the values worth tuning.
 //!
-//! Kept small on purpose (about 160 valid points on sm_90): CI compiles every valid point for two
-//! archs. The values follow from the kernels' structure:
-//! - `bm`: gemv holds 1, 2 or 4 rows of X in registers (8 rows would spill at 8 loads in flight);
-//!   mma covers 16, 32 or 64 rows per block (a warp's accumulators for 64 x 64 are 128 registers).
-//! - `bn`: one 64-column weight tile per warp; 128 puts two warps side by side on N.
-//! - `bk = 128`: eight k16 tiles a step, i.e. eight 16-byte loads in flight per gemv lane, and two
-//!   or more k16 tiles per mma warp per stage with 4 warps.
-//! - `stages`: 1 means "no shared-memory pipeline" (gemv), 4 hides HBM latency for mma.
-//! - `split_k`: 4 fills 132 SMs when N / bn alone gives too few blocks (N = 4096, 7168).
+//! Kept small on purpose (180 valid points on sm_90): CI compiles every valid point for two archs.
+//! The values are the ones that won somewhere in an exploration of ~60 configurations on the H200
+//! (bf16, group 32, the four Kimi K2 shapes, M = 1..128; figures in NOTES.md):
+//! - `bm`: gemv holds 1 or 4 rows of X in registers (8 would spill); mma covers 16, 32 or 64 rows.
+//! - `bn = 64`: one weight tile per warp; wider blocks never won by more than noise.
+//! - `bk`: 128 or 256 K per stage; with `warps` 4 or 8 that is 2 or 4 k16 tiles per warp per stage.
+//! - `stages`: 1 means "no shared-memory pipeline" (gemv); 4 for mma.
+//! - `split_k`: 4 fills 132 SMs when N / 64 alone gives too few blocks (N = 4096 at M = 1, 2).
 
 use crate::w4a16::{Acc, Algo};
 use kdtree_quant::Dtype;
@@ -29,13 +28,13 @@ crate::variant_space! {
             /// type of the running sums
             acc: Acc = [F32, F16],
             /// rows of Y per block
-            bm: u32 = [1, 2, 4, 16, 32, 64],
+            bm: u32 = [1, 4, 16, 32, 64],
             /// columns of Y per block
-            bn: u32 = [64, 128],
+            bn: u32 = [64],
             /// K per pipeline stage (mma) or per load step (gemv)
-            bk: u32 = [128],
+            bk: u32 = [128, 256],
             /// warps per block
-            warps: u32 = [4],
+            warps: u32 = [4, 8],
             /// cp.async pipeline depth (mma); 1 = loads straight to registers (gemv)
             stages: u32 = [1, 4],
             /// blocks along K, reduced deterministically through a workspace
