@@ -94,10 +94,15 @@ struct Fixture {
     fast: Model,
 }
 
+/// The tiny INT4 model (3 layers: dense, then two MoE) on the CPU and on the GPU three ways.
 fn fixture() -> Fixture {
+    fixture_of(&TinySpec { int4_experts: true, seed: 11, ..TinySpec::default() })
+}
+
+fn fixture_of(spec: &TinySpec) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let model_dir = dir.path().join("model");
-    write_tiny_model(&model_dir, &TinySpec { int4_experts: true, seed: 11, ..TinySpec::default() }).unwrap();
+    write_tiny_model(&model_dir, spec).unwrap();
     let db = dir.path().join("tuning.json");
     write_db(&db);
     let load = |tuning_db: &Path, mode| {
@@ -125,10 +130,11 @@ fn bits(x: &[f32]) -> Vec<u32> {
     x.iter().map(|v| v.to_bits()).collect()
 }
 
-/// How far the CUDA backend's logits may be from the CPU's, relative to the largest logit: each
-/// INT4 linear rounds its input and its output to bf16 (eps / 2 each); the routed experts' gate/up
-/// and down run in sequence in both MoE layers, so about 8 roundings of eps / 2 lie on the way to
-/// the logits, diluted by the residual stream and the f32 CPU ops around them: 4 eps bounds it.
+/// How far the CUDA backend's logits may be from the CPU's, relative to the largest logit. Each INT4
+/// linear rounds its input, every dequantized weight (q * s, in the mma path) and its output to
+/// bf16, eps / 2 each; gate/up, then down run in sequence, so about 5 roundings of eps / 2 lie
+/// between the MoE layer's input and the logits, diluted by the residual stream and the f32 CPU
+/// ops around them: 4 eps bounds it with room to spare.
 const TOLERANCE: f32 = 4.0 * 0.0078125;
 
 fn relative_error(a: &[f32], reference: &[f32]) -> f32 {
@@ -139,7 +145,10 @@ fn relative_error(a: &[f32], reference: &[f32]) -> f32 {
 #[test]
 #[ignore = "needs a GPU"]
 fn cuda_logits_match_the_cpu_backend_within_bf16_rounding() {
-    let f = fixture();
+    // One MoE layer after the dense one: its router reads CPU-computed activations only, so a
+    // rounding difference cannot flip a near-tie in routing (which would move a logit by far more
+    // than rounding does, and is no fault of the kernels).
+    let f = fixture_of(&TinySpec { int4_experts: true, seed: 11, num_hidden_layers: 2, ..TinySpec::default() });
     let prompt = [9u32, 250, 3, 77, 77, 1, 40, 41, 42, 43, 9, 250, 3, 77, 77, 1, 5, 6];
     let (_, reference) = prefill(&f.cpu, &prompt);
     for (name, model) in [("default variants", &f.cuda), ("tuned split-K", &f.tuned), ("fast", &f.fast)] {
