@@ -91,7 +91,7 @@ mod tests {
         let a = Problem::random(3, 70, 64, 32, Dtype::Bf16, 7).unwrap();
         let b = Problem::random(3, 70, 64, 32, Dtype::Bf16, 7).unwrap();
         assert_eq!((a.x.clone(), a.reference.clone()), (b.x, b.reference));
-        assert!(a.w.q().iter().any(|&q| q == -8) && a.w.q().iter().any(|&q| q == 7));
+        assert!(a.w.q().contains(&-8) && a.w.q().contains(&7));
         assert_eq!(a.reference.len(), 3 * 70);
     }
 
