@@ -106,8 +106,10 @@ pub enum Impl {
     CudaKernel,
 }
 
-/// Picks the implementation of one (op, shape) on a backend: the hook a tuning DB plugs into.
-/// `None` leaves the backend's default.
+/// Overrides the implementation of one (op, shape) on a backend, per call (e.g. the CPU reference
+/// for one shape while debugging a kernel). `None` leaves the backend's default. Which GPU kernel
+/// variant a shape runs is not chosen here but at load, from the tuning DB, since kernels must be
+/// compiled and weights uploaded before the first call (see [`crate::cuda`]).
 pub trait ImplChooser: Send + Sync {
     fn choose(&self, backend: &Backend, key: &ShapeKey) -> Option<Impl>;
 }
