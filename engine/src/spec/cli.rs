@@ -72,7 +72,9 @@ pub struct Comparison {
 impl SpecArgs {
     /// Runs DDTree with the chosen drafter, then plain greedy decoding, and compares.
     pub fn run(&self, target: &Model, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Comparison> {
-        let draft_model = self.draft_model.as_deref().map(Model::load).transpose()?;
+        // The draft model runs on the target's backend (its INT4 weights uploaded too on CUDA).
+        let draft_model =
+            self.draft_model.as_deref().map(|dir| Model::load_with(dir, target.ops().clone())).transpose()?;
         let draft_model = draft_model.as_ref().unwrap_or(target);
         let vocab = target.config.vocab_size;
         let mut drafter: Box<dyn Drafter + '_> = match self.drafter {
