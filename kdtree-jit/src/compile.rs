@@ -1,5 +1,6 @@
 //! NVRTC straight to CUBIN for a real arch, one variant or many in parallel, through the cache.
 
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,9 @@ pub fn options(arch: Arch) -> Vec<String> {
     options
 }
 
+/// Held shared by every compile, and exclusively by a retry that must run alone.
+static ALONE: RwLock<()> = RwLock::new(());
+
 /// Compiles `source`, whose kernel is `extern "C" __global__ void <name>(...)`, for `arch`.
 /// `origin` (a template file, a `#[kernel]` source) names the source in errors.
 pub fn compile_source(name: &str, origin: &str, source: &str, arch: Arch, cache: Option<&Cache>) -> Result<Compiled> {
@@ -56,7 +60,19 @@ pub fn compile_source(name: &str, origin: &str, source: &str, arch: Arch, cache:
             Lookup::Unusable(reason) => cache_error = Some(reason),
         }
     }
-    let output = sys::compile(source, &format!("{name}.cu"), &options)?;
+    let file_name = format!("{name}.cu");
+    let succeeded = |o: &sys::Output| o.cubin.is_some() && KernelStats::parse(&o.log, name).is_some();
+    let mut output = {
+        let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
+        sys::compile(source, &file_name, &options)?
+    };
+    if !succeeded(&output) {
+        // NVRTC 13.0 was seen failing a variant with an empty log under concurrent compiles that
+        // compiles fine by itself: before reporting an error, compile it again with no other
+        // compile running.
+        let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
+        output = sys::compile(source, &file_name, &options)?;
+    }
     let failed = |log: String| Error::Compile { origin: origin.into(), variant: name.into(), log };
     let cubin = output.cubin.ok_or_else(|| failed(output.log.clone()))?;
     let stats = KernelStats::parse(&output.log, name).ok_or_else(|| {
