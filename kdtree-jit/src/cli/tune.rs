@@ -28,7 +28,7 @@ accepts and what can compute the shape (gemv only up to its rows); no block with
 M (mma tiles above max(16, M), gemv blocks above M, M rounded up to a power of two); no split-K once
 the grid alone is four waves of the SMs deep; no variant whose compilation failed before with the
 same arch, NVRTC and templates (--retry-failed tries again). For the Kimi K2 preset on an H200 this
-leaves 4 to 12 of the 18 bf16 group-32 variants per (shape, M); the whole preset takes minutes.";
+leaves 6 to 16 of the 24 bf16 group-32 variants per (shape, M); the whole preset takes minutes.";
 
 /// Tune W4A16 GEMM variants on this GPU and store the winners in the tuning DB.
 #[derive(Debug, clap::Args)]
