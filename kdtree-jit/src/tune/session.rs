@@ -79,9 +79,6 @@ impl<'g> Session<'g> {
             .collect();
         let mut kernels = HashMap::new();
         for (v, compiled) in crate::compile_all(&todo, arch, cache, progress) {
-            // A failure in the parallel compile is confirmed alone before it is recorded: one has
-            // been seen there with an empty log for a variant that compiles fine by itself.
-            let compiled = compiled.or_else(|_| crate::compile_variant(&v, arch, cache));
             match compiled {
                 Ok(c) => {
                     kernels.insert(v.name(), self.gpu.load(&c)?);
