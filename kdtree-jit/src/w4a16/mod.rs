@@ -56,6 +56,7 @@ pub use space::W4a16;
 
 /// How a variant computes: tensor-core tiles or CUDA-core streaming.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Algo {
     Mma,
     Gemv,
@@ -72,6 +73,7 @@ impl AxisValue for Algo {
 
 /// The type products are summed in. F16 only pairs with f16 activations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Acc {
     F32,
     F16,
