@@ -1,6 +1,9 @@
 //! On a GPU: the CUDA backend against the CPU reference, and the batch invariance DDTree's greedy
 //! exactness rests on, at the kernel and at the model level. Run on a GPU machine:
-//! `cargo test --release -p kdtree-engine --test cuda -- --ignored --nocapture`.
+//! `cargo test --release -p kdtree-engine --test cuda -- --ignored --nocapture`, with NVRTC found
+//! through the loader path (`LD_LIBRARY_PATH=<CUDA>/targets/x86_64-linux/lib`): pointing
+//! `KDTREE_NVRTC_DIR` at a CUDA toolkit's lib directory currently fails, as the probe also tries to
+//! preload `libnvrtc-builtins_static.a` there.
 
 mod ddtree_common;
 
