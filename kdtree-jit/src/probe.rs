@@ -121,7 +121,8 @@ fn builtins_in(dir: &Path) -> Result<Vec<PathBuf>> {
         std::fs::read_dir(dir).map_err(|e| Error::Library { path: dir.to_owned(), message: e.to_string() })?;
     let mut found: Vec<PathBuf> = entries
         .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc-builtins")))
+        // Shared objects only: a CUDA toolkit's lib dir also holds `libnvrtc-builtins_static.a`.
+        .filter(|path| path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc-builtins.so")))
         .collect();
     found.sort();
     Ok(found)
@@ -130,6 +131,15 @@ fn builtins_in(dir: &Path) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_shared_builtins_are_preloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["libnvrtc-builtins.so.13.0", "libnvrtc-builtins_static.a", "libnvrtc.so.13"] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        assert_eq!(builtins_in(dir.path()).unwrap(), vec![dir.path().join("libnvrtc-builtins.so.13.0")]);
+    }
 
     #[test]
     fn an_explicit_empty_dir_is_an_error_naming_where_it_looked() {
