@@ -37,7 +37,9 @@ pub fn run(args: &BenchArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
         by_problem.entry((e.key.shape(), e.key.group_size, e.key.dtype)).or_default().push(e);
     }
 
-    let variants: Vec<W4a16> = fresh.iter().filter_map(|e| W4a16::from_name(&e.variant)).collect();
+    let mut variants: Vec<W4a16> = fresh.iter().filter_map(|e| W4a16::from_name(&e.variant)).collect();
+    variants.sort_by_key(|v| v.name());
+    variants.dedup();
     let cache = Cache::open(&Cache::default_dir())?;
     let compiling = bar(variants.len() as u64, "compile");
     let kernels =
@@ -53,12 +55,12 @@ pub fn run(args: &BenchArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
                 Some(entry) => rows.push(Row::from_entry(&entry)),
                 None => measuring.suspend(|| {
                     let why: Vec<&str> = tuned.rejected.iter().map(|r| r.reason.as_str()).collect();
-                    eprintln!(
-                        "{} M={}: the DB's variant failed: {}",
-                        tuned.key.shape(),
-                        tuned.key.m_bucket,
+                    let why = if why.is_empty() {
+                        "it is no longer in the variant space or did not compile".to_owned()
+                    } else {
                         why.join("; ")
-                    )
+                    };
+                    eprintln!("{} M={}: the DB's variant failed: {why}", tuned.key.shape(), tuned.key.m_bucket)
                 }),
             }
         }
