@@ -15,7 +15,7 @@ use crate::compile::KernelStats;
 use crate::{Arch, Error, Result};
 
 /// Bumped whenever the key or the file format changes: old entries then simply miss.
-const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 2;
 
 /// The environment variable that overrides [`Cache::default_dir`].
 pub const CACHE_DIR_ENV: &str = "KDTREE_CACHE_DIR";

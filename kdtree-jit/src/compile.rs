@@ -61,29 +61,37 @@ pub fn compile_source(name: &str, origin: &str, source: &str, arch: Arch, cache:
         }
     }
     let file_name = format!("{name}.cu");
-    let succeeded = |o: &sys::Output| o.cubin.is_some() && KernelStats::parse(&o.log, name).is_some();
+    let succeeded = |o: &sys::Output| o.cubin.is_some();
     let mut output = {
         let _shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
         sys::compile(source, &file_name, &options)?
     };
     if !succeeded(&output) {
-        // NVRTC 13.0 was seen failing a variant with an empty log under concurrent compiles that
-        // compiles fine by itself: before reporting an error, compile it again with no other
-        // compile running.
+        // Concurrent compiles on the H200's NVRTC 13.0 once failed a variant with an empty log
+        // that compiles fine by itself: before reporting an error, compile it again with no
+        // other compile running.
         let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
         output = sys::compile(source, &file_name, &options)?;
     }
     let failed = |log: String| Error::Compile { origin: origin.into(), variant: name.into(), log };
     let cubin = output.cubin.ok_or_else(|| failed(output.log.clone()))?;
-    let stats = KernelStats::parse(&output.log, name).ok_or_else(|| {
-        failed(format!("no `extern \"C\" __global__` function `{name}` in the output\n{}", output.log))
-    })?;
+    if !has_kernel(&cubin, name) {
+        return Err(failed(format!("no `extern \"C\" __global__` function `{name}` in the cubin\n{}", output.log)));
+    }
+    // A log without ptxas' report (seen with NVRTC 13.0) only leaves the stats unknown.
+    let stats = KernelStats::parse(&output.log, name).unwrap_or_default();
     if let Some(cache) = cache
         && let Err(e) = cache.put(&key, &Entry { stats, cubin: cubin.clone() })
     {
         cache_error = Some(e.to_string());
     }
     Ok(Compiled { name: name.into(), arch, cubin, stats, compile_time: start.elapsed(), cached: false, cache_error })
+}
+
+/// Whether the cubin holds the code of kernel `name`: its ELF section `.text.<name>`.
+fn has_kernel(cubin: &[u8], name: &str) -> bool {
+    let section = format!(".text.{name}\0");
+    cubin.windows(section.len()).any(|w| w == section.as_bytes())
 }
 
 /// Renders `v` and compiles it for `arch`.

@@ -84,6 +84,7 @@ fn every_valid_w4a16_variant_compiles_for_sm_90_and_sm_120() {
         for (v, result) in &results {
             match result {
                 Err(e) => failures.push(e.to_string()),
+                Ok(c) if !c.stats.reported => failures.push(format!("{}: ptxas reported no stats", c.name)),
                 Ok(c) if v.bm <= 64 && (c.stats.spill_stores > 0 || c.stats.spill_loads > 0) => {
                     failures.push(format!("{} spills: {:?}", c.name, c.stats))
                 }

@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_jit::cache::CACHE_DIR_ENV;
 use kdtree_jit::compile::Report;
 use kdtree_jit::w4a16::W4a16;
-use kdtree_jit::{Arch, Cache, Target, Variant, compile_all, nvrtc_version};
+use kdtree_jit::{Arch, Cache, KernelStats, Target, Variant, compile_all, nvrtc_version};
 use serde::Serialize;
 
 /// Compile every variant valid on an arch with NVRTC (no GPU needed) and print each one's registers,
@@ -84,6 +84,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     Ok(if summary.errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// A ptxas figure, or "?" where NVRTC's log did not report it.
+fn known(stats: &KernelStats, figure: String) -> String {
+    if stats.reported { figure } else { "?".into() }
+}
+
 fn print_human(s: &Summary) -> anyhow::Result<()> {
     let rows: Vec<Vec<String>> = s
         .compiled
@@ -91,9 +96,9 @@ fn print_human(s: &Summary) -> anyhow::Result<()> {
         .map(|r| {
             vec![
                 r.name.clone(),
-                r.stats.registers.to_string(),
-                format!("{}/{}", r.stats.spill_stores, r.stats.spill_loads),
-                r.stats.shared_bytes.to_string(),
+                known(&r.stats, r.stats.registers.to_string()),
+                known(&r.stats, format!("{}/{}", r.stats.spill_stores, r.stats.spill_loads)),
+                known(&r.stats, r.stats.shared_bytes.to_string()),
                 format!("{:.0}", r.compile_ms),
                 if r.cached { "yes" } else { "no" }.into(),
             ]

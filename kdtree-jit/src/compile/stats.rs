@@ -11,6 +11,10 @@ pub struct KernelStats {
     /// Static shared memory (dynamic shared memory is the launch's, not the compiler's).
     pub shared_bytes: u32,
     pub stack_bytes: u32,
+    /// Whether ptxas reported these numbers. NVRTC 13.0 was seen returning a good cubin with an
+    /// empty log, `-v` notwithstanding: then every number above is unknown and left at 0.
+    #[serde(default)]
+    pub reported: bool,
 }
 
 impl KernelStats {
@@ -27,7 +31,7 @@ impl KernelStats {
         let start = log.find(&header)? + header.len();
         let section = &log[start..];
         let section = &section[..section.find("Compiling entry function").unwrap_or(section.len())];
-        let mut stats = KernelStats::default();
+        let mut stats = KernelStats { reported: true, ..KernelStats::default() };
         for line in section.lines() {
             for clause in line.split([',', ':']).map(str::trim) {
                 let words: Vec<&str> = clause.split_whitespace().collect();
@@ -64,9 +68,9 @@ ptxas info    : Compile time = 49.345 ms";
     #[test]
     fn reads_each_entry_on_its_own() {
         let big =
-            KernelStats { registers: 255, spill_stores: 40, spill_loads: 36, shared_bytes: 1024, stack_bytes: 48 };
+            KernelStats { registers: 255, spill_stores: 40, spill_loads: 36, shared_bytes: 1024, stack_bytes: 48, reported: true };
         assert_eq!(KernelStats::parse(LOG, "big"), Some(big));
-        let small = KernelStats { registers: 8, ..KernelStats::default() };
+        let small = KernelStats { registers: 8, reported: true, ..KernelStats::default() };
         assert_eq!(KernelStats::parse(LOG, "small"), Some(small));
         assert_eq!(KernelStats::parse(LOG, "missing"), None);
     }
