@@ -66,10 +66,10 @@ pub use arch::Arch;
 pub use cache::Cache;
 pub use compile::{Compiled, KernelStats, compile_all, compile_source, compile_variant};
 pub use error::{Error, Result};
+pub use kdtree_macros::variant_space;
 pub use probe::nvrtc_version;
 pub use render::{render, templates_hash};
 pub use runtime::Gpu;
-pub use kdtree_macros::variant_space;
 pub use variant::{AxisValue, Invalid, Target, Variant};
 
 // serde is used by the code `variant_space!` expands to, so that callers need not depend on it;

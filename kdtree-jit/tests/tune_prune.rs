@@ -31,14 +31,18 @@ fn every_kimi_k2_problem_keeps_candidates_that_can_run_it() {
 }
 
 #[test]
-fn small_m_keeps_gemv_and_the_smallest_mma_tiles() {
+fn small_m_keeps_gemv_stream_and_the_smallest_tiles() {
     let shape = Shape { n: 4096, k: 7168 };
     let one = kept(1, shape);
     assert!(one.iter().any(|v| v.algo == Algo::Gemv));
     assert!(one.iter().all(|v| v.bm <= 16), "no 32- or 64-row tile for one row");
     assert!(one.iter().filter(|v| v.algo == Algo::Gemv).all(|v| v.bm == 1));
+    let stream = |vs: &[W4a16]| vs.iter().filter(|v| v.algo == Algo::Stream).map(|v| v.bm).collect::<Vec<_>>();
+    assert!(!stream(&one).is_empty() && stream(&one).iter().all(|&bm| bm == 8), "one 8-row B tile for one row");
+    let sixteen = kept(16, shape);
+    assert!(!stream(&sixteen).is_empty() && stream(&sixteen).iter().all(|&bm| bm == 16));
     let many = kept(128, shape);
-    assert!(many.iter().all(|v| v.algo == Algo::Mma), "gemv cannot do 128 rows");
+    assert!(many.iter().all(|v| v.algo == Algo::Mma), "gemv and stream cannot do 128 rows");
     assert!(many.iter().any(|v| v.bm == 64));
 }
 

@@ -5,7 +5,8 @@ use proptest::prelude::*;
 use safetensors::Dtype as St;
 
 fn sample(n: usize, k: usize, g: usize, dtype: Dtype, seed: u32) -> QuantizedWeight {
-    let w: Vec<f32> = (0..n * k).map(|i| (((i as u32 ^ seed).wrapping_mul(2654435761) >> 16) as f32 / 65536.0 - 0.5) * 4.0).collect();
+    let w: Vec<f32> =
+        (0..n * k).map(|i| (((i as u32 ^ seed).wrapping_mul(2654435761) >> 16) as f32 / 65536.0 - 0.5) * 4.0).collect();
     QuantizedWeight::quantize(&w, n, k, g, dtype).unwrap()
 }
 
@@ -62,7 +63,10 @@ fn k_not_a_multiple_of_the_group_size_names_the_tensor() {
     replace(&mut tensors, "blk.weight_shape", Tensor::new(St::I64, vec![2], &[2i64, 60]));
     let dir = tempfile::tempdir().unwrap();
     let err = SafetensorsFile::open(&write(&dir, &tensors)).unwrap().quantized_weight("blk", Some(32)).unwrap_err();
-    assert!(matches!(&err, QuantError::KNotMultipleOfGroup { tensor, k: 60, group_size: 32 } if tensor == "blk"), "{err}");
+    assert!(
+        matches!(&err, QuantError::KNotMultipleOfGroup { tensor, k: 60, group_size: 32 } if tensor == "blk"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -86,13 +90,17 @@ fn shapes_and_dtypes_that_disagree_are_errors() {
     assert!(matches!(&err, QuantError::DtypeMismatch { tensor, .. } if tensor == "blk.weight_scale"), "{err}");
 
     let err = SafetensorsFile::open(&write(&dir, &base)).unwrap().quantized_weight("blk", Some(64)).unwrap_err();
-    assert!(matches!(&err, QuantError::ShapeMismatch { tensor, expected, .. } if tensor == "blk.weight_scale" && expected == &[2, 1]), "{err}");
+    assert!(
+        matches!(&err, QuantError::ShapeMismatch { tensor, expected, .. } if tensor == "blk.weight_scale" && expected == &[2, 1]),
+        "{err}"
+    );
 }
 
 #[test]
 fn missing_tensors_name_tensor_and_file() {
     let dir = tempfile::tempdir().unwrap();
-    let tensors: Vec<_> = sample(2, 64, 32, Dtype::F16, 1).to_tensors("blk").into_iter().filter(|(n, _)| !n.ends_with("scale")).collect();
+    let tensors: Vec<_> =
+        sample(2, 64, 32, Dtype::F16, 1).to_tensors("blk").into_iter().filter(|(n, _)| !n.ends_with("scale")).collect();
     let path = write(&dir, &tensors);
     let err = SafetensorsFile::open(&path).unwrap().quantized_weight("blk", None).unwrap_err();
     assert!(matches!(&err, QuantError::MissingTensor { tensor, .. } if tensor == "blk.weight_scale"), "{err}");

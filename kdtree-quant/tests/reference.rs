@@ -88,7 +88,9 @@ proptest! {
 fn dot_has_the_documented_order() {
     // Lane l sums k = l, l + 8, ...; lanes are then added pairwise.
     let a: Vec<f32> = (0..19).map(|i| 1.0 + i as f32 * 1e-3).collect();
-    let b: Vec<f32> = (0..19).map(|i| 1e8f32.powf(if i % 3 == 0 { 1.0 } else { -0.25 }) * if i % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    let b: Vec<f32> = (0..19)
+        .map(|i| 1e8f32.powf(if i % 3 == 0 { 1.0 } else { -0.25 }) * if i % 2 == 0 { 1.0 } else { -1.0 })
+        .collect();
     let mut lanes = [0f32; 8];
     for k in 0..19 {
         lanes[k % 8] += a[k] * b[k];

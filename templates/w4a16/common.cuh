@@ -61,6 +61,21 @@ __device__ __forceinline__ u32 and_or(u32 a, u32 b, u32 c) {
     return d;
 }
 
+// A packed word's four pairs (layout below) as (magic + stored nibble), exactly: no subtraction.
+// The stream kernel folds every element's -(magic + 8) into its sums instead (one mma per k16
+// tile against a constant NEG_BIAS2 matrix), which leaves 7 instructions a word: 3 shifts, 4 lop3.
+{% if dtype == "f16" %}
+constexpr u32 MAGIC2 = 0x64006400u;     // (1024, 1024): ulp 1
+constexpr u32 NEG_BIAS2 = 0xe408e408u;  // (-1032, -1032) = -(magic + 8), exact
+{% else %}
+constexpr u32 MAGIC2 = 0x43004300u;     // (128, 128): ulp 1
+constexpr u32 NEG_BIAS2 = 0xc308c308u;  // (-136, -136) = -(magic + 8), exact
+{% endif %}
+__device__ __forceinline__ void biased_pairs(u32 w, u32 (&p)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = and_or(w >> (4 * i), 0x000f000fu, MAGIC2);
+}
+
 // A packed word holds eight stored nibbles (q + 8), nibble j at bits 4j. The layout (layout.rs)
 // puts pair p = nibbles (p, p + 4) where one thread wants two consecutive K elements of one
 // column, so each pair lands in the two halves of one register without any shuffling.
@@ -80,10 +95,9 @@ __device__ __forceinline__ void dequant_pairs(u32 w, u32 (&p)[4]) {
 {% else %}
     // bf16: 0x4300 = 128 (ulp 1 up to 256). Only 7 mantissa bits, so 16 q would not fit:
     // every pair is shifted down to bits 0..3 / 16..19 first.
+    biased_pairs(w, p);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        p[i] = fma2(and_or(w >> (4 * i), 0x000f000fu, 0x43004300u), 0x3f803f80u, 0xc308c308u);  // x * 1 - 136
-    }
+    for (int i = 0; i < 4; ++i) p[i] = fma2(p[i], 0x3f803f80u, NEG_BIAS2);  // x * 1 - 136
 {% endif %}
 }
 

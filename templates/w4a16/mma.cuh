@@ -52,6 +52,12 @@ __device__ __forceinline__ void mma_16816(acc_t (&c)[ACC_REGS], const u32 (&a)[4
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// d = a b + c with c left as it is.
+__device__ __forceinline__ void mma_16816_from(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1, const float (&c)[4]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.{{ dtype }}.{{ dtype }}.f32 { %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %10, %11, %12, %13 };"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
 __device__ __forceinline__ void acc_to_f32(const acc_t (&c)[ACC_REGS], float (&v)[4]) {
     v[0] = c[0];
     v[1] = c[1];

@@ -29,3 +29,31 @@ __device__ __forceinline__ float splitk_sum(const float* ws, size_t stride, int 
     }
     return s;
 }
+
+// The end of a kernel whose block owns one 64-column tile of Y (`ntile`) and whose warps split K:
+// `red` ([WARPS][ROWS][64] f32 in shared memory, complete: call after a __syncthreads) holds
+// each warp's sums; they are added in warp order, then Y is written, or with split-K this
+// block's partial, and Y by the block that arrives last.
+template <int WARPS, int ROWS, int SPLIT_K>
+__device__ __forceinline__ void store_column_tile(const float* red, u16* y, float* workspace, int m, int n, int ntile) {
+    const size_t mn = (size_t)m * n;
+    for (int e = threadIdx.x; e < ROWS * 64; e += WARPS * 32) {
+        const int r = e / 64, col = ntile * 64 + e % 64;
+        float v = 0.0f;
+        for (int w = 0; w < WARPS; ++w) v += red[(w * ROWS + r) * 64 + e % 64];
+        if (r < m && col < n) {
+            if (SPLIT_K == 1) {
+                y[(size_t)r * n + col] = from_f32(v);
+            } else {
+                workspace[blockIdx.y * mn + (size_t)r * n + col] = v;
+            }
+        }
+    }
+    if (SPLIT_K == 1) return;
+    u32* counters = (u32*)(workspace + SPLIT_K * mn);
+    if (!splitk_arrive(counters + ntile, SPLIT_K)) return;
+    for (int e = threadIdx.x; e < ROWS * 64; e += WARPS * 32) {
+        const int r = e / 64, col = ntile * 64 + e % 64;
+        if (r < m && col < n) y[(size_t)r * n + col] = from_f32(splitk_sum(workspace, mn, SPLIT_K, (size_t)r * n + col));
+    }
+}

@@ -67,8 +67,14 @@ ptxas info    : Compile time = 49.345 ms";
 
     #[test]
     fn reads_each_entry_on_its_own() {
-        let big =
-            KernelStats { registers: 255, spill_stores: 40, spill_loads: 36, shared_bytes: 1024, stack_bytes: 48, reported: true };
+        let big = KernelStats {
+            registers: 255,
+            spill_stores: 40,
+            spill_loads: 36,
+            shared_bytes: 1024,
+            stack_bytes: 48,
+            reported: true,
+        };
         assert_eq!(KernelStats::parse(LOG, "big"), Some(big));
         let small = KernelStats { registers: 8, reported: true, ..KernelStats::default() };
         assert_eq!(KernelStats::parse(LOG, "small"), Some(small));

@@ -5,7 +5,8 @@
 //! 1. the problem fixes the dtype and group size; the device's arch fixes validity ([`crate::Variant::check`]);
 //!    the shape fixes what can run ([`w4a16::supports`]: gemv only up to its `bm` rows);
 //! 2. a block should not compute many more rows than the problem has: mma tiles of more than
-//!    max(16, bucket(M)) rows and gemv blocks of more than bucket(M) rows only add padding;
+//!    max(16, bucket(M)) rows, stream blocks of more than max(8, bucket(M)) and gemv blocks of
+//!    more than bucket(M) rows only add padding;
 //! 3. split-K only pays when the grid is short of the SMs: once the blocks along M and N alone
 //!    fill four waves of the device, split-K's extra reduction cannot help;
 //! 4. a variant NVRTC refused for the same arch, NVRTC and templates is not compiled again
@@ -39,7 +40,7 @@ pub fn why_not(v: &W4a16, scope: &Scope) -> Option<&'static str> {
         Some("another dtype or group size")
     } else if !w4a16::supports(v, m, n, k) {
         Some("cannot compute this shape")
-    } else if v.algo == Algo::Mma && v.bm > rows.max(16) || v.algo == Algo::Gemv && v.bm > rows {
+    } else if v.bm > rows_worth(v.algo, rows) {
         Some("block rows far beyond M")
     } else if v.split_k > 1 && blocks_without_split(v, m, n) >= 4 * scope.sms as usize {
         Some("split-K with the grid already four waves deep")
@@ -53,10 +54,20 @@ pub fn prune(valid: &[W4a16], scope: &Scope) -> Vec<W4a16> {
     valid.iter().filter(|v| why_not(v, scope).is_none()).copied().collect()
 }
 
+/// The most rows a block of `algo` should compute for problems of `rows` rows (an M bucket):
+/// its smallest tile, or the bucket.
+fn rows_worth(algo: Algo, rows: u32) -> u32 {
+    match algo {
+        Algo::Mma => rows.max(16),
+        Algo::Stream => rows.max(8),
+        Algo::Gemv => rows,
+    }
+}
+
 /// Blocks of the grid along M and N (the launch's grid without its split-K dimension).
 fn blocks_without_split(v: &W4a16, m: usize, n: usize) -> usize {
     match v.algo {
-        Algo::Gemv => n.div_ceil(v.bn as usize),
+        Algo::Gemv | Algo::Stream => n.div_ceil(v.bn as usize),
         Algo::Mma => m.div_ceil(v.bm as usize) * n.div_ceil(v.bn as usize),
     }
 }

@@ -8,7 +8,7 @@ use kdtree_quant::QuantizedWeight;
 use crate::w4a16::layout::{lengths, repack};
 use crate::w4a16::rules::{TILE_N, shared_bytes};
 use crate::w4a16::{Algo, W4a16};
-use crate::{Error, Gpu, Result, Variant};
+use crate::{AxisValue, Error, Gpu, Result, Variant};
 
 /// The device buffers of one GEMM. `workspace` must hold [`workspace_len`] elements and be zeroed
 /// once when allocated: split-K variants keep their tile counters there and leave them at zero.
@@ -30,7 +30,7 @@ const DEFAULT_SMEM: usize = 48 * 1024;
 fn grid(v: &W4a16, m: usize, n: usize) -> (usize, usize, usize) {
     let ntiles = n.div_ceil(TILE_N as usize);
     match v.algo {
-        Algo::Gemv => (ntiles, v.split_k as usize, 1),
+        Algo::Gemv | Algo::Stream => (ntiles, v.split_k as usize, 1),
         Algo::Mma => (m.div_ceil(v.bm as usize), ntiles.div_ceil((v.bn / TILE_N) as usize), v.split_k as usize),
     }
 }
@@ -42,7 +42,7 @@ pub fn workspace_len(v: &W4a16, m: usize, n: usize) -> usize {
     }
     let (gx, gy, _) = grid(v, m, n);
     let tiles = match v.algo {
-        Algo::Gemv => gx,
+        Algo::Gemv | Algo::Stream => gx,
         Algo::Mma => gx * gy,
     };
     v.split_k as usize * m * n + tiles
@@ -56,8 +56,8 @@ fn unsupported(v: &W4a16, m: usize, n: usize, k: usize) -> Option<String> {
         Some(format!("empty product {m} x {n} x {k}"))
     } else if k % g != 0 {
         Some(format!("K = {k} is not a multiple of the group size {g}"))
-    } else if v.algo == Algo::Gemv && m > v.bm as usize {
-        Some(format!("gemv with bm = {} computes at most {} rows, not {m}", v.bm, v.bm))
+    } else if v.algo.has_row_limit() && m > v.bm as usize {
+        Some(format!("{} with bm = {} computes at most {} rows, not {m}", v.algo.as_str(), v.bm, v.bm))
     } else if !int(m) || !int(n) || !int(k) || grid(v, m, n).1 > 65_535 {
         Some(format!("{m} x {n} x {k} exceeds the kernel's index range"))
     } else {
@@ -66,7 +66,7 @@ fn unsupported(v: &W4a16, m: usize, n: usize, k: usize) -> Option<String> {
 }
 
 /// True when `v` computes an [m, k] x [n, k]ᵀ product: K a multiple of the group size, M within
-/// gemv's rows. Any N (padded to 64 by the layout) and any M for mma.
+/// gemv's or stream's rows. Any N (padded to 64 by the layout) and any M for mma.
 pub fn supports(v: &W4a16, m: usize, n: usize, k: usize) -> bool {
     unsupported(v, m, n, k).is_none()
 }
@@ -131,6 +131,9 @@ mod tests {
         assert_eq!(workspace_len(&v, 20, 300), 4 * 20 * 300 + 2 * 5);
         let g = W4a16::from_name("w4a16_gemv_bf16_g32_m1n64k128_w4_s1_sk1_f32acc").expect("in the space");
         assert_eq!(workspace_len(&g, 1, 300), 0);
+        // Stream blocks own a column tile, whatever M: 5 tiles.
+        let s = W4a16::from_name("w4a16_stream_bf16_g32_m16n64k128_w4_s4_sk4_f32acc").expect("in the space");
+        assert_eq!(workspace_len(&s, 13, 300), 4 * 13 * 300 + 5);
     }
 
     #[test]
@@ -142,5 +145,8 @@ mod tests {
         assert!(!supports(&g, 0, 100, 192));
         let m = W4a16::from_name("w4a16_mma_f16_g64_m16n64k128_w4_s4_sk1_f32acc").expect("in the space");
         assert!(supports(&m, 1000, 7, 64));
+        let s = W4a16::from_name("w4a16_stream_f16_g32_m8n64k128_w4_s4_sk1_f32acc").expect("in the space");
+        assert!(supports(&s, 8, 100, 96));
+        assert!(!supports(&s, 9, 100, 96), "stream rows");
     }
 }

@@ -1,7 +1,8 @@
 //! The weight layout the W4A16 kernels read, and its CPU repack from (and back to) the
 //! compressed-tensors format of [`QuantizedWeight`].
 //!
-//! Both algorithms read the same layout; it was designed for mma and gemv consumes it as is.
+//! All three algorithms read the same layout. It was designed for mma's B fragments; stream reads
+//! word i as the A fragment of columns 16i..16i+15 (pairs 0, 2, 1, 3 = registers a0..a3), gemv as is.
 //! Columns are padded up to a multiple of 64 (zero scales), then:
 //!
 //! - `packed`: u32 words `[N/64][K/16][32 lanes][4 words]`. Tile (nt, kt) is one warp's 512-byte

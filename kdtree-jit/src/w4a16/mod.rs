@@ -9,9 +9,12 @@
 //! | grid, block, shared memory, split-K workspace | [`launch`] |
 //! | tolerance against the CPU reference | [`check`] |
 //!
-//! Two algorithms render from `templates/w4a16_{algo}.cu.tera`:
+//! Three algorithms render from `templates/w4a16_{algo}.cu.tera`:
 //! - [`Algo::Mma`]: tensor-core tiles (`mma.sync` m16n8k16, `ldmatrix`, a `cp.async` pipeline), for
 //!   any M; rows are padded to the tile.
+//! - [`Algo::Stream`]: tensor-core weight streaming for M <= its `bm` (8 or 16): weights are the
+//!   mma's A operand and X its 8-row B operand, each warp streams its own K range through its own
+//!   pipeline, and scales apply in f32 to each group's sums.
 //! - [`Algo::Gemv`]: CUDA-core streaming for M <= its `bm` (at most 4), where padding a 16-row
 //!   tensor-core tile would be mostly waste.
 //!
@@ -54,18 +57,27 @@ pub use launch::{GemmBuffers, gemm_host, launch, supports, workspace_len};
 pub use layout::{DeviceWeights, repack, unpack};
 pub use space::W4a16;
 
-/// How a variant computes: tensor-core tiles or CUDA-core streaming.
+/// How a variant computes: tensor-core tiles, tensor-core weight streaming, or CUDA-core streaming.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Algo {
     Mma,
+    Stream,
     Gemv,
+}
+
+impl Algo {
+    /// True for the algorithms that compute at most their `bm` rows (their rows live in registers).
+    pub fn has_row_limit(self) -> bool {
+        matches!(self, Algo::Stream | Algo::Gemv)
+    }
 }
 
 impl AxisValue for Algo {
     fn as_str(&self) -> &'static str {
         match self {
             Algo::Mma => "mma",
+            Algo::Stream => "stream",
             Algo::Gemv => "gemv",
         }
     }

@@ -11,12 +11,18 @@ pub const TILE_N: u32 = 64;
 /// K of one weight tile: one mma k-step, one 16-byte vector per lane.
 pub const TILE_K: u32 = 16;
 
-/// Dynamic shared memory of a launch, in bytes: the mma pipeline (or its cross-warp reduction,
-/// whichever is larger), or the gemv cross-warp reduction. Mirrors the templates' constants.
+/// Dynamic shared memory of a launch, in bytes: the mma or stream pipelines (or the cross-warp
+/// reduction, whichever is larger), or the gemv cross-warp reduction. Mirrors the templates' constants.
 pub fn shared_bytes(v: &W4a16) -> usize {
     let (bm, bn, bk, warps) = (v.bm as usize, v.bn as usize, v.bk as usize, v.warps as usize);
+    let column_reduction = warps * bm * TILE_N as usize * 4;
     match v.algo {
-        Algo::Gemv => warps * bm * TILE_N as usize * 4,
+        Algo::Gemv => column_reduction,
+        Algo::Stream => {
+            // Per warp and stage: bk / 16 weight tiles of 512 bytes, 64 scales per group.
+            let stage = bk / TILE_K as usize * 512 + bk / v.group_size as usize * TILE_N as usize * 2;
+            (warps * v.stages as usize * stage).max(column_reduction)
+        }
         Algo::Mma => {
             let scale_rows = (bk / v.group_size as usize).max(1);
             let stage = bm * bk * 2 + bn * bk / 2 + scale_rows * bn * 2;
@@ -56,6 +62,7 @@ pub fn check(v: &W4a16, target: &Target) -> Result<(), Invalid> {
     }
     match v.algo {
         Algo::Gemv => check_gemv(v)?,
+        Algo::Stream => check_stream(v)?,
         Algo::Mma => check_mma(v)?,
     }
     let requested = shared_bytes(v);
@@ -84,6 +91,34 @@ fn check_gemv(v: &W4a16) -> Result<(), Invalid> {
     }
     if v.bk > 128 {
         return incompatible("gemv keeps a step's weights in registers: bk above 128 would spill");
+    }
+    Ok(())
+}
+
+fn check_stream(v: &W4a16) -> Result<(), Invalid> {
+    if v.acc != Acc::F32 {
+        return incompatible(
+            "stream starts each group's sums at -(magic + 8) x sum(X), far beyond f16 precision: f32 accumulation only",
+        );
+    }
+    if v.bm % 8 != 0 || v.bm > 16 {
+        return incompatible(format!(
+            "stream's rows are the n8 columns of the mma's B operand, 32 registers of sums each: \
+             bm = {} must be 8 or 16",
+            v.bm
+        ));
+    }
+    if v.bn != TILE_N {
+        return incompatible("stream blocks own one 64-column tile (their warps split K): bn must be 64");
+    }
+    if v.stages < 2 {
+        return incompatible("the stream pipeline needs at least 2 stages");
+    }
+    if v.bk % v.group_size != 0 {
+        return incompatible(format!(
+            "stream scales whole groups within a stage: bk = {} must hold whole groups",
+            v.bk
+        ));
     }
     Ok(())
 }
@@ -131,10 +166,12 @@ mod tests {
     #[test]
     fn default_space_is_modest_and_shrinks_with_shared_memory() {
         let (sm90, sm120) = (count(90), count(120));
-        // Per group: (f16|bf16, f32 acc) x (8 gemv + 16 mma) + (f16, f16 acc, no split-K) x (4 + 8).
-        assert_eq!(sm90, 3 * (2 * 24 + 12));
-        // sm_120's 99 KiB: no bm = 64, bk = 256 point; bm = 32, bk = 256 only above group 32.
-        assert_eq!(sm120, sm90 - 25);
+        // Per group: (f16|bf16, f32 acc) x (8 gemv + 16 mma + 12 stream) + (f16, f16 acc, no
+        // split-K) x (4 + 8). Stream: bm 8|16 x split-K 1|4 x (bk 128 with 4|8 warps, bk 256 with 4).
+        assert_eq!(sm90, 3 * (2 * 36 + 12));
+        // sm_120's 99 KiB: no bm = 64, bk = 256 mma point; bm = 32, bk = 256 only above group 32;
+        // stream only with bk = 128 and 4 warps (72 KiB).
+        assert_eq!(sm120, sm90 - 25 - 3 * 2 * 8);
     }
 
     #[test]
@@ -145,6 +182,16 @@ mod tests {
                 assert!(!reason.to_string().is_empty(), "{}", v.name());
             }
         }
+    }
+
+    #[test]
+    fn stream_shared_memory_is_one_pipeline_per_warp() {
+        let v = W4a16::from_name("w4a16_stream_bf16_g32_m8n64k128_w8_s4_sk1_f32acc").expect("in the space");
+        // 8 warps x 4 stages x (8 tiles of 512 bytes + 4 groups x 64 scales)
+        assert_eq!(shared_bytes(&v), 8 * 4 * (4096 + 512));
+        assert!(v.check(&Target { arch: Arch(90) }).is_ok());
+        let f16_sums = W4a16 { acc: Acc::F16, dtype: Dtype::F16, ..v };
+        assert!(f16_sums.check(&Target { arch: Arch(90) }).unwrap_err().to_string().contains("f32 accumulation"));
     }
 
     #[test]
