@@ -36,9 +36,9 @@ fn small_m_keeps_gemv_stream_and_the_smallest_tiles() {
     let one = kept(1, shape);
     assert!(one.iter().any(|v| v.algo == Algo::Gemv));
     assert!(one.iter().all(|v| v.bm <= 16), "no 32- or 64-row tile for one row");
-    assert!(one.iter().filter(|v| v.algo == Algo::Gemv).all(|v| v.bm == 1));
+    assert!(one.iter().filter(|v| v.algo == Algo::Gemv).all(|v| v.bm <= 4));
     let stream = |vs: &[W4a16]| vs.iter().filter(|v| v.algo == Algo::Stream).map(|v| v.bm).collect::<Vec<_>>();
-    assert!(!stream(&one).is_empty() && stream(&one).iter().all(|&bm| bm == 8), "one 8-row B tile for one row");
+    assert!(stream(&one).contains(&1) && stream(&one).iter().all(|&bm| bm <= 4), "no 8-row stream for one row");
     let sixteen = kept(16, shape);
     assert!(!stream(&sixteen).is_empty() && stream(&sixteen).iter().all(|&bm| bm == 16));
     let many = kept(128, shape);

@@ -5,8 +5,8 @@
 //! 1. the problem fixes the dtype and group size; the device's arch fixes validity ([`crate::Variant::check`]);
 //!    the shape fixes what can run ([`w4a16::supports`]: gemv only up to its `bm` rows);
 //! 2. a block should not compute many more rows than the problem has: mma tiles of more than
-//!    max(16, bucket(M)) rows, stream blocks of more than max(8, bucket(M)) and gemv blocks of
-//!    more than bucket(M) rows only add padding;
+//!    max(16, bucket(M)) rows and stream or gemv blocks of more than 4 bucket(M) rows only add
+//!    padding;
 //! 3. split-K only pays when the grid is short of the SMs: once the blocks along M and N alone
 //!    fill four waves of the device, split-K's extra reduction cannot help;
 //! 4. a variant NVRTC refused for the same arch, NVRTC and templates is not compiled again
@@ -54,13 +54,12 @@ pub fn prune(valid: &[W4a16], scope: &Scope) -> Vec<W4a16> {
     valid.iter().filter(|v| why_not(v, scope).is_none()).copied().collect()
 }
 
-/// The most rows a block of `algo` should compute for problems of `rows` rows (an M bucket):
-/// its smallest tile, or the bucket.
+/// The most rows a block of `algo` should compute for problems of `rows` rows (an M bucket): mma's
+/// smallest tile or the bucket; the next row counts of stream and gemv (1, 4, 8, 16) up from the bucket.
 fn rows_worth(algo: Algo, rows: u32) -> u32 {
     match algo {
         Algo::Mma => rows.max(16),
-        Algo::Stream => rows.max(8),
-        Algo::Gemv => rows,
+        Algo::Stream | Algo::Gemv => rows.saturating_mul(4),
     }
 }
 
