@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 use ddtree_common::tiny_model;
 use kdtree_engine::spec::{Draft, DraftTree, verify};
 use kdtree_engine::{KvCache, Model};
+use kdtree_quant::sample::Uniform;
 use proptest::prelude::*;
 
 static MODELS: LazyLock<[Model; 2]> = LazyLock::new(|| [tiny_model(false, 3), tiny_model(true, 3)]);
@@ -37,15 +38,9 @@ fn bits(x: &[f32]) -> Vec<u32> {
 
 /// A random tree: random log-probabilities over the vocabulary at `depth` positions, best `budget` nodes.
 fn random_tree(vocab: usize, depth: usize, budget: usize, seed: u64) -> DraftTree {
-    let mut s = seed | 1;
-    let rows: Vec<f32> = (0..depth * vocab)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            -((s % 1000) as f32) / 100.0
-        })
-        .collect();
+    // On a grid of 0.01, so that ties between candidates occur too.
+    let rows: Vec<f32> =
+        Uniform::new(seed).take(depth * vocab).map(|u| -((u * 1000.0) as u32 as f32) / 100.0).collect();
     DraftTree::build(&Draft::from_log_probs(&rows, vocab, budget.min(vocab)).unwrap(), budget)
 }
 

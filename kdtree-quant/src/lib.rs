@@ -6,6 +6,7 @@
 //! | compressed-tensors `pack-quantized` bit layout | [`int4`] |
 //! | safetensors files of such weights | [`SafetensorsFile`], [`write_file`] |
 //! | the CPU oracle `Y = X · dequant(W)ᵀ` | [`reference`] |
+//! | seeded sample data for tests and gates | [`sample`] |
 //!
 //! ```
 //! use kdtree_quant::{Dtype, QuantizedWeight, reference};
@@ -25,6 +26,7 @@ pub mod dtype;
 pub mod error;
 pub mod int4;
 pub mod reference;
+pub mod sample;
 pub mod scales;
 pub mod weight;
 

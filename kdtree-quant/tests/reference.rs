@@ -1,6 +1,7 @@
 //! The CPU reference GEMM against a plain f64 triple loop, and its batch invariance.
 
 use half::{bf16, f16};
+use kdtree_quant::sample::symmetric as values;
 use kdtree_quant::{Dtype, Half, QuantizedWeight, reference};
 use proptest::prelude::*;
 
@@ -8,18 +9,6 @@ use proptest::prelude::*;
 fn problem() -> impl Strategy<Value = (usize, usize, usize, usize, u64)> {
     (1usize..9, 1usize..11, 1usize..5, prop::sample::select(vec![32usize, 64, 128]), any::<u64>())
         .prop_map(|(m, n, groups, g, seed)| (m, n, groups * g, g, seed))
-}
-
-fn values(len: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
-        })
-        .collect()
 }
 
 fn check<T: Half>(m: usize, n: usize, k: usize, g: usize, seed: u64) -> Result<(), TestCaseError> {

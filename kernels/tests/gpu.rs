@@ -16,17 +16,9 @@ fn config() -> ProptestConfig {
     ProptestConfig { cases: 48, ..ProptestConfig::default() }
 }
 
+/// Seeded values in [-scale, scale): proptest picks the seed, the shape decides the length.
 fn values(len: usize, scale: f32, seed: u64) -> Vec<f32> {
-    // A cheap, seeded, well-spread sequence: proptest picks the seed, the shape decides the length.
-    let mut s = seed | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
+    kdtree_quant::sample::symmetric(len, seed, scale)
 }
 
 proptest! {

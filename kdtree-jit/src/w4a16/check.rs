@@ -1,6 +1,7 @@
 //! How close a W4A16 kernel must come to the CPU reference, and how that is measured. Shared by
 //! the GPU tests, the fuzzer and the tuner's correctness gate.
 
+use kdtree_quant::sample::Uniform;
 use kdtree_quant::{Dtype, QuantizedWeight, Scales, reference};
 
 use crate::Result;
@@ -20,14 +21,8 @@ impl Problem {
     /// X uniform in [-1, 1), q uniform in [-8, 7], scales uniform in [0.005, 0.025], all rounded
     /// to `dtype`; deterministic in `seed`.
     pub fn random(m: usize, n: usize, k: usize, group_size: usize, dtype: Dtype, seed: u64) -> Result<Problem> {
-        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut uniform = move || {
-            // xorshift64*: plenty for test data, and no dependency.
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as f32 / (1u64 << 24) as f32
-        };
+        let mut sample = Uniform::new(seed);
+        let mut uniform = move || sample.next().expect("endless");
         let bits = |v: f32| match dtype {
             Dtype::F16 => half::f16::from_f32(v).to_bits(),
             Dtype::Bf16 => half::bf16::from_f32(v).to_bits(),

@@ -21,7 +21,8 @@ pub fn shared_bytes(v: &W4a16) -> usize {
         Algo::Stream => {
             // Per warp and stage: bk / 16 weight tiles of 512 bytes, 64 scales per group, and bm
             // rows of X padded by 16 bytes.
-            let stage = bk / TILE_K as usize * 512 + bk / v.group_size as usize * TILE_N as usize * 2 + bm * (2 * bk + 16);
+            let stage =
+                bk / TILE_K as usize * 512 + bk / v.group_size as usize * TILE_N as usize * 2 + bm * (2 * bk + 16);
             (warps * v.stages as usize * stage).max(column_reduction)
         }
         Algo::Mma => {
