@@ -53,6 +53,8 @@ fn row_test_variants() -> Vec<W4a16> {
         W4a16 { bm: 64, ..base },
         W4a16 { acc: Acc::F16, ..f16 },
         W4a16 { algo: Algo::Gemv, bm: 4, stages: 1, split_k: 4, ..base },
+        W4a16 { algo: Algo::Stream, bm: 16, stages: 2, split_k: 2, ..base },
+        W4a16 { algo: Algo::Stream, bm: 4, ..base },
     ]
 }
 
@@ -239,7 +241,7 @@ fn w4a16_kernels_compute_each_row_independently_of_the_others_bitwise() {
     for v in row_test_variants() {
         let f = gpu.load(&compile_variant(&v, gpu.arch, None).expect("compiles")).expect("loads");
         let (n, k) = (200, 13 * 32);
-        let m = if v.algo == Algo::Gemv { v.bm as usize } else { 37 };
+        let m = if v.algo.has_row_limit() { v.bm as usize } else { 37 };
         let p = Problem::random(m, n, k, 32, v.dtype, 5).expect("problem");
         let all = w4a16::gemm_host(&gpu, &f, &v, &p.x, m, &p.w).expect("runs");
         let rows =
