@@ -5,17 +5,14 @@
 //! | `tests/layout.rs` | every valid variant's weight layout round-trips on random shapes | CI (CPU) |
 //! | `tests/gpu.rs` | every valid variant matches `kdtree_quant::reference` on random M, N, K, data | a GPU (`--ignored`) |
 
-use kdtree_jit::w4a16::{Algo, W4a16};
+use kdtree_jit::w4a16::W4a16;
 use proptest::prelude::*;
 
 /// Random (M, N, K) that `v` supports, mostly not multiples of its tiles: M in 1..=bm for gemv and stream
 /// and 1..=3 bm for mma (so partial and several row blocks), N in 1..=300 (partial 64-column
 /// tiles), K any multiple of the group size up to 40 groups (partial bk steps).
 pub fn shapes(v: &W4a16) -> impl Strategy<Value = (usize, usize, usize)> + use<> {
-    let max_m = match v.algo {
-        Algo::Gemv | Algo::Stream => v.bm as usize,
-        Algo::Mma => 3 * v.bm as usize,
-    };
+    let max_m = if v.algo.has_row_limit() { v.bm as usize } else { 3 * v.bm as usize };
     let group = v.group_size as usize;
     (1..=max_m, 1usize..=300, 1usize..=40).prop_map(move |(m, n, groups)| (m, n, groups * group))
 }

@@ -12,7 +12,7 @@
 //! Three algorithms render from `templates/w4a16_{algo}.cu.tera`:
 //! - [`Algo::Mma`]: tensor-core tiles (`mma.sync` m16n8k16, `ldmatrix`, a `cp.async` pipeline), for
 //!   any M; rows are padded to the tile.
-//! - [`Algo::Stream`]: tensor-core weight streaming for M <= its `bm` (8 or 16): weights are the
+//! - [`Algo::Stream`]: tensor-core weight streaming for M <= its `bm` (at most 8, or 16): weights are the
 //!   mma's A operand and X its 8-row B operand, each warp streams its own K range through its own
 //!   pipeline, and scales apply in f32 to each group's sums.
 //! - [`Algo::Gemv`]: CUDA-core streaming for M <= its `bm` (at most 4), where padding a 16-row

@@ -103,7 +103,7 @@ fn check_stream(v: &W4a16) -> Result<(), Invalid> {
             "stream starts each group's sums at -(magic + 8) x sum(X), far beyond f16 precision: f32 accumulation only",
         );
     }
-    if v.bm > 16 || v.bm > 8 && v.bm != 16 {
+    if v.bm > 8 && v.bm != 16 {
         return incompatible(format!(
             "stream's rows are the columns of one or two n8 B tiles (32 registers of sums each): \
              bm = {} must be at most 8, or 16",
