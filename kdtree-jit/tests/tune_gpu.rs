@@ -1,6 +1,7 @@
 //! The whole tuning path on a GPU, on a small shape: compile, gate, time, peers, DB.
 
 use kdtree_jit::tune::db::TuningDb;
+use kdtree_jit::tune::flush::FlushMode;
 use kdtree_jit::tune::key::Shape;
 use kdtree_jit::tune::prune::{Scope, prune};
 use kdtree_jit::tune::search::SearchConfig;
@@ -13,7 +14,7 @@ use kdtree_quant::Dtype;
 #[ignore = "needs a GPU"]
 fn tuning_a_small_shape_fills_the_db_with_correct_fast_variants() {
     let gpu = Gpu::open(0).unwrap();
-    let mut session = Session::open(&gpu).unwrap();
+    let mut session = Session::open(&gpu, FlushMode::Read).unwrap();
     assert!(session.copy_gbps > 100.0, "copy bandwidth {} GB/s", session.copy_gbps);
     // N not a multiple of the 64-column tile, M not a power of two.
     let shape = Shape { n: 1000, k: 2048 };

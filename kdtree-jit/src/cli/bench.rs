@@ -23,7 +23,7 @@ pub struct BenchArgs {
 
 pub fn run(args: &BenchArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
     let gpu = args.out.open_gpu(nvrtc, "bench")?;
-    let mut session = Session::open(&gpu)?;
+    let mut session = Session::open(&gpu, args.out.flush)?;
     let db_path = args.out.db_path();
     let mut db = TuningDb::open(&db_path)?;
     let stale = stale_rows(&db, &session, &db_path);

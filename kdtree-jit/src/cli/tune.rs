@@ -7,6 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_quant::Dtype;
 
 use kdtree_jit::tune::db::{self, TuningDb};
+use kdtree_jit::tune::flush::FlushMode;
 use kdtree_jit::tune::key::{self, M_BUCKETS, Shape};
 use kdtree_jit::tune::prune::{self, Scope};
 use kdtree_jit::tune::report::{self, Report, Row, StaleRow};
@@ -18,10 +19,10 @@ use kdtree_jit::{Cache, Gpu, Target, Variant, probe};
 const HOW: &str = "\
 How it works: for each shape and M, every variant left after pruning runs once on random data and is
 compared with the CPU reference; a wrong one is reported with its error and never chosen. The correct
-ones are timed with CUDA events, the L2 flushed (a 256 MiB write) before every rep: a 15-rep screen
-that gives up on any variant 1.5x slower than the best so far, then 100 reps of the 4 fastest; the
-median and the p10..p90 spread are reported. cuBLAS bf16 and f16 GEMM on the dequantized weight and
-the device's copy bandwidth are measured in the same run.
+ones are timed with CUDA events, the L2 flushed before every rep (a 256 MiB read; see --flush): a
+15-rep screen that gives up on any variant 1.5x slower than the best so far, then 100 reps of the 4
+fastest, one of which wins; the median and the p10..p90 spread are reported. cuBLAS bf16 and f16
+GEMM on the dequantized weight and the device's copy bandwidth are measured in the same run.
 
 Pruning, per shape and M: only the requested dtype and group size; only what the device's arch
 accepts and what can compute the shape (gemv only up to its rows); no block with many more rows than
@@ -72,6 +73,10 @@ pub struct Output {
     /// The GPU to use, by CUDA ordinal.
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
+    /// How the L2 is evicted before each timed rep: `read` leaves it clean; `write` (triton's
+    /// do_bench) leaves it dirty, so every rep also pays for writing up to an L2's worth back.
+    #[arg(long, value_enum, default_value_t = FlushMode::Read)]
+    pub flush: FlushMode,
 }
 
 impl Output {
@@ -92,10 +97,17 @@ impl Output {
             kdtree_jit::tune::plot::write_svg(path, &rows)?;
         }
         if self.json {
-            let report = Report { device: session.env.device.clone(), copy_gbps: session.copy_gbps, rows, stale };
+            let (device, copy_gbps, flush) = (session.env.device.clone(), session.copy_gbps, session.flush_mode());
+            let report = Report { device, copy_gbps, flush, rows, stale };
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
-            println!("{} ({} SMs), copy bandwidth {:.0} GB/s", session.env.device, session.sms, session.copy_gbps);
+            println!(
+                "{} ({} SMs), copy bandwidth {:.0} GB/s, L2 flushed by a {} before each rep",
+                session.env.device,
+                session.sms,
+                session.copy_gbps,
+                session.flush_mode()
+            );
             report::write_table(&mut std::io::stdout().lock(), &rows)?;
         }
         Ok(())
@@ -116,7 +128,7 @@ pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
         None => (args.shape.clone(), args.group, args.dtype, args.m.clone()),
     };
     let gpu = args.out.open_gpu(nvrtc, "tune")?;
-    let mut session = Session::open(&gpu)?;
+    let mut session = Session::open(&gpu, args.out.flush)?;
     let db_path = args.out.db_path();
     let mut db = TuningDb::open(&db_path)?;
 

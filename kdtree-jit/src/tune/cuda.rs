@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, sys as driver_sys};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg, sys as driver_sys,
+};
 use kdtree_quant::Dtype;
 
 use super::error::{Result, TuneError};
@@ -75,5 +77,24 @@ pub fn gemm(
             blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )?;
     }
+    Ok(())
+}
+
+/// Launches the L2 flush's read kernel (`flush.rs`) over all of `buf` with `blocks` blocks of 256.
+pub fn read_all(
+    stream: &Arc<CudaStream>,
+    f: &CudaFunction,
+    buf: &CudaSlice<u8>,
+    sink: &mut CudaSlice<u32>,
+    blocks: u32,
+) -> Result<()> {
+    let chunks = (buf.len() / 16) as u64;
+    let cfg = LaunchConfig { grid_dim: (blocks.max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let mut args = stream.launch_builder(f);
+    args.arg(buf).arg(&chunks).arg(sink);
+    // SAFETY: the arguments match the kernel's (const uint4*, unsigned long long, unsigned*): it reads
+    // `chunks` 16-byte chunks of `buf` (cudarc allocations are 256-byte aligned) and writes at most
+    // one u32 of `sink`, which holds one.
+    unsafe { args.launch(cfg) }?;
     Ok(())
 }

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use cudarc::driver::{CudaFunction, CudaSlice};
 
 use super::error::{Result, TuneError};
-use super::problem::{Flusher, Problem, from_bits};
+use super::flush::Flusher;
+use super::problem::{Problem, from_bits};
 use super::search::Runner;
 use crate::Gpu;
 use crate::w4a16::{self, GemmBuffers, W4a16, check};

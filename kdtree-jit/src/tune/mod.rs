@@ -4,7 +4,8 @@
 //! |---|---|
 //! | the problem key, M buckets, model presets | [`key`] |
 //! | which variants are worth timing for a shape | [`prune`] |
-//! | the random problem, its CPU reference, the L2 flush | [`problem`] |
+//! | the random problem and its CPU reference | [`problem`] |
+//! | the L2 flush between reps (a read: a write would tax the timed kernel) | [`flush`] |
 //! | run once, compare with the reference | [`gate`] |
 //! | time: warm-up, flush, median and spread | [`clock`], [`bench`] |
 //! | gate, screen, time the finalists (GPU-free core) | [`search`] |
@@ -36,6 +37,7 @@ mod cuda;
 pub mod db;
 pub mod env;
 pub mod error;
+pub mod flush;
 pub mod gate;
 pub mod gpu;
 pub mod key;

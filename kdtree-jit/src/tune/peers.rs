@@ -13,7 +13,8 @@ use super::bench::{BenchConfig, Timing, measure};
 use super::clock::CudaClock;
 use super::cuda;
 use super::error::Result;
-use super::problem::{Flusher, Problem, to_bits};
+use super::flush::Flusher;
+use super::problem::{Problem, to_bits};
 
 /// The peers of one (shape, M).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

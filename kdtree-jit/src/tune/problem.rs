@@ -2,9 +2,6 @@
 //! reference output, computed once for all M (the reference is batch-invariant, so the first m
 //! rows of its output are the output for M = m).
 
-use std::sync::Arc;
-
-use cudarc::driver::{CudaSlice, CudaStream};
 use kdtree_quant::{Dtype, QuantizedWeight};
 
 use super::error::Result;
@@ -58,24 +55,5 @@ pub fn from_bits(dtype: Dtype, bits: u16) -> f32 {
     match dtype {
         Dtype::F16 => half::f16::from_bits(bits).to_f32(),
         Dtype::Bf16 => half::bf16::from_bits(bits).to_f32(),
-    }
-}
-
-/// Evicts the L2 between timed reps by writing a buffer several times its size, as triton's
-/// `do_bench` does: every rep then reads its weights from memory, as a decode step does.
-pub struct Flusher {
-    buf: CudaSlice<u8>,
-}
-
-impl Flusher {
-    /// 256 MiB: over four times the 60 MB L2 of an H200 (50 MB on an H100).
-    const BYTES: usize = 256 << 20;
-
-    pub fn new(stream: &Arc<CudaStream>) -> Result<Flusher> {
-        Ok(Flusher { buf: stream.alloc_zeros(Self::BYTES)? })
-    }
-
-    pub fn flush(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
-        Ok(stream.memset_zeros(&mut self.buf)?)
     }
 }

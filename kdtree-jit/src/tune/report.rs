@@ -5,6 +5,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::db::{Entry, Stale};
+use super::flush::FlushMode;
 use super::key::Shape;
 
 /// One measured problem, with the figures the targets are stated in.
@@ -62,6 +63,8 @@ impl Row {
 pub struct Report {
     pub device: String,
     pub copy_gbps: f64,
+    /// How the L2 was evicted before each timed rep.
+    pub flush: FlushMode,
     pub rows: Vec<Row>,
     /// Entries of the DB that belong to another environment, with why.
     pub stale: Vec<StaleRow>,

@@ -43,7 +43,8 @@ pub struct Measured<C> {
 pub struct Outcome<C> {
     /// The fastest correct candidate; `None` when none was correct.
     pub best: Option<Measured<C>>,
-    /// Every correct candidate with its timing (finalists with their precise one), fastest first.
+    /// Every correct candidate with its timing: the finalists first, fastest first by their precise
+    /// timing, then the others by their screen.
     pub timed: Vec<Measured<C>>,
     pub rejected: Vec<Rejection>,
 }
@@ -98,10 +99,12 @@ pub fn search<R: Runner, K: Clock>(
         }
     }
     sort_fastest_first(&mut timed);
-    for finalist in timed.iter_mut().take(cfg.finalists) {
+    let finalists = cfg.finalists.min(timed.len());
+    for finalist in &mut timed[..finalists] {
         finalist.timing = time(runner, clock, &finalist.candidate, &cfg.fin, None)?;
     }
-    sort_fastest_first(&mut timed);
+    // With finalists, only they can win: a screen's few reps must not beat a precise median by luck.
+    sort_fastest_first(&mut timed[..finalists]);
     Ok(Outcome { best: timed.first().cloned(), timed, rejected })
 }
 

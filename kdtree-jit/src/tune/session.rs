@@ -14,10 +14,11 @@ use super::cuda;
 use super::db::{CompileFailure, Entry, TuningDb};
 use super::env::Environment;
 use super::error::Result;
+use super::flush::{FlushMode, Flusher};
 use super::gpu::{ShapeBuffers, W4a16Runner};
 use super::key::{ProblemKey, Shape};
 use super::peers::{self, DensePeer, Peers};
-use super::problem::{Flusher, Problem};
+use super::problem::Problem;
 use super::search::{self, Rejection, SearchConfig};
 use crate::w4a16::W4a16;
 use crate::{Cache, Error, Gpu, Variant};
@@ -50,14 +51,19 @@ fn seed(shape: Shape) -> u64 {
 }
 
 impl<'g> Session<'g> {
-    pub fn open(gpu: &'g Gpu) -> Result<Session<'g>> {
+    /// Opens a run on `gpu`, evicting the L2 before each timed rep by `flush`. NVRTC must be loaded.
+    pub fn open(gpu: &'g Gpu, flush: FlushMode) -> Result<Session<'g>> {
         let env = Environment::detect(gpu)?;
         let sms = gpu.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as u32;
         let mut clock = CudaClock::new(gpu.stream.clone());
         let copy_gbps = peers::copy_bandwidth(&gpu.stream, &mut clock)?;
-        let flusher = Flusher::new(&gpu.stream)?;
+        let flusher = Flusher::new(gpu, flush, sms)?;
         let blas = if cuda::cublas_present() { Some(CudaBlas::new(gpu.stream.clone())?) } else { None };
         Ok(Session { gpu, env, sms, copy_gbps, clock, flusher, blas })
+    }
+
+    pub fn flush_mode(&self) -> FlushMode {
+        self.flusher.mode()
     }
 
     /// Compiles and loads `variants`. A compile failure is recorded in `db` and that variant is

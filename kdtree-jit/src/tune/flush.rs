@@ -1,0 +1,101 @@
+//! Evicting the L2 between timed reps, so that every rep reads its weights from memory, as a decode
+//! step does.
+//!
+//! How it is evicted matters as much as that it is. A write (triton's `do_bench` zeroes a buffer)
+//! leaves the L2 full of dirty lines, and the timed operation then pays for writing them back as it
+//! evicts them: up to an L2's worth (60 MB on an H200, more than a 4096x7168 int4 weight), a tax on
+//! every memory-bound kernel that a decode step, whose previous kernels mostly read weights, does
+//! not pay. A read leaves clean lines, which cost nothing to evict. `Write` stays for comparison.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream};
+use serde::{Deserialize, Serialize};
+
+use super::cuda;
+use super::error::Result;
+use crate::Gpu;
+
+/// How the L2 is evicted before each timed rep.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum FlushMode {
+    /// Read a buffer four times the L2 (the L2 is left clean).
+    #[default]
+    Read,
+    /// Zero a buffer four times the L2, as triton's `do_bench` does (the L2 is left dirty).
+    Write,
+}
+
+impl std::fmt::Display for FlushMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FlushMode::Read => "read",
+            FlushMode::Write => "write",
+        })
+    }
+}
+
+/// Reads every byte of `buf` (16 at a time, grid-strided). The buffer is zeros, so the store never
+/// happens, but the compiler cannot know that and keeps every load.
+const READ_KERNEL: &str = r#"
+extern "C" __global__ void kdtree_l2_flush(const uint4* __restrict__ buf, unsigned long long n, unsigned* sink) {
+    unsigned acc = 0;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const uint4 v = buf[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc;
+}
+"#;
+
+pub struct Flusher {
+    mode: FlushMode,
+    buf: CudaSlice<u8>,
+    /// The read kernel, its sink and its grid (blocks); unused by `Write`.
+    read: Option<(CudaFunction, CudaSlice<u32>, u32)>,
+}
+
+impl Flusher {
+    /// 256 MiB: over four times the 60 MB L2 of an H200 (50 MB on an H100).
+    const BYTES: usize = 256 << 20;
+
+    /// Allocates the buffer and, for `Read`, compiles the read kernel for `gpu` (NVRTC must be loaded).
+    pub fn new(gpu: &Gpu, mode: FlushMode, sms: u32) -> Result<Flusher> {
+        let buf = gpu.stream.alloc_zeros(Self::BYTES)?;
+        let read = match mode {
+            FlushMode::Write => None,
+            FlushMode::Read => {
+                let compiled = crate::compile_source("kdtree_l2_flush", "tune/flush.rs", READ_KERNEL, gpu.arch, None)?;
+                Some((gpu.load(&compiled)?, gpu.stream.alloc_zeros(1)?, sms * 8))
+            }
+        };
+        Ok(Flusher { mode, buf, read })
+    }
+
+    pub fn mode(&self) -> FlushMode {
+        self.mode
+    }
+
+    pub fn flush(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        match &mut self.read {
+            None => Ok(stream.memset_zeros(&mut self.buf)?),
+            Some((f, sink, blocks)) => cuda::read_all(stream, f, &self.buf, sink, *blocks),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Arch;
+
+    #[test]
+    fn the_read_kernel_compiles_for_every_named_arch() {
+        for arch in [Arch(90), Arch(120)] {
+            let c = crate::compile_source("kdtree_l2_flush", "tune/flush.rs", READ_KERNEL, arch, None).unwrap();
+            assert!(c.cubin.starts_with(b"\x7fELF"), "{arch}: not a cubin");
+        }
+    }
+}
