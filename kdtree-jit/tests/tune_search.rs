@@ -28,6 +28,8 @@ struct FakeRunner {
     clock: FakeClock,
     reference: Vec<f32>,
     launches: Vec<&'static str>,
+    /// Candidates readied for timing, in order.
+    prepared: Vec<&'static str>,
     /// After this many launches every launch takes twice as long (clocks dropping, a neighbour's load).
     slower_after: usize,
 }
@@ -53,6 +55,11 @@ impl Runner for FakeRunner {
         0.01
     }
 
+    fn prepare(&mut self, c: &Fake) -> Result<()> {
+        self.prepared.push(c.name);
+        Ok(())
+    }
+
     fn launch(&mut self, c: &Fake) -> Result<()> {
         self.launches.push(c.name);
         self.clock.advance(if self.launches.len() > self.slower_after { 2.0 * c.us } else { c.us });
@@ -72,8 +79,13 @@ fn run(candidates: &[Fake]) -> (kdtree_jit::tune::search::Outcome<Fake>, FakeRun
 fn run_slowing(candidates: &[Fake], slower_after: usize) -> (kdtree_jit::tune::search::Outcome<Fake>, FakeRunner) {
     let clock = FakeClock::default();
     let reference: Vec<f32> = (0..64).map(|i| (i as f32 - 31.5) / 8.0).collect();
-    let mut runner =
-        FakeRunner { clock: clock.clone(), reference: reference.clone(), launches: Vec::new(), slower_after };
+    let mut runner = FakeRunner {
+        clock: clock.clone(),
+        reference: reference.clone(),
+        launches: Vec::new(),
+        prepared: Vec::new(),
+        slower_after,
+    };
     let mut gated = 0;
     let outcome =
         search(&mut runner, &mut clock.clone(), candidates, &reference, &SearchConfig::default(), || gated += 1)
@@ -112,6 +124,8 @@ fn a_wrong_candidate_never_wins_even_when_fastest() {
     }
     let timed: Vec<&str> = outcome.timed.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(timed, ["fast", "barely_right", "slow"]);
+    // Readied before each timing: the screen, then the finalists' precise timing.
+    assert_eq!(runner.prepared, ["slow", "fast", "barely_right", "fast", "barely_right", "slow"]);
 }
 
 #[test]

@@ -18,6 +18,9 @@ pub trait Runner {
     fn output(&mut self, c: &Self::Candidate) -> Result<Vec<f32>>;
     /// The largest [`gate::error`] that `c` may show and still be correct.
     fn tolerance(&self, c: &Self::Candidate) -> f64;
+    /// Readies the state `c` keeps between runs (split-K counters) before it is timed: the
+    /// candidate timed before may have left it dirty. Not timed.
+    fn prepare(&mut self, c: &Self::Candidate) -> Result<()>;
     /// Enqueues one run of `c`: the operation that is timed.
     fn launch(&mut self, c: &Self::Candidate) -> Result<()>;
     /// Evicts what the previous run left in caches; not timed.
@@ -116,6 +119,7 @@ pub fn time<R: Runner, K: Clock>(
     cfg: &BenchConfig,
     best_us: Option<f64>,
 ) -> Result<Timing> {
+    runner.prepare(c)?;
     let runner = std::cell::RefCell::new(runner);
     measure(clock, cfg, best_us, || runner.borrow_mut().flush(), || runner.borrow_mut().launch(c))
 }
