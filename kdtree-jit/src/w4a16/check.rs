@@ -15,6 +15,11 @@ pub struct Problem {
     pub w: QuantizedWeight,
     /// [`reference::w4a16_gemm_f32`] of X and W, before rounding to the dtype.
     pub reference: Vec<f32>,
+    /// What errors are relative to: the largest output, or, where larger, the size of a sum of K
+    /// products x w that does not cancel (largest row norm of X times largest column norm of W,
+    /// over sqrt(K)). With a handful of outputs (N = 1), the largest may have cancelled to near
+    /// zero, and every kernel's rounding would look like a large relative error.
+    pub scale: f32,
 }
 
 impl Problem {
@@ -33,24 +38,29 @@ impl Problem {
         let w = QuantizedWeight::from_q(&q, n, k, group_size, scales)?;
         let xf: Vec<f32> = x.iter().map(|&b| Scales { dtype, bits: vec![b] }.get(0)).collect();
         let reference = reference::w4a16_gemm_f32(&xf, m, &w)?;
-        Ok(Problem { m, x, w, reference })
+        let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
+        let x_norm = xf.chunks_exact(k).map(norm).fold(0f32, f32::max);
+        let w_norm = w.dequantize().chunks_exact(k).map(norm).fold(0f32, f32::max);
+        let scale = reference.iter().fold(x_norm * w_norm / (k as f32).sqrt(), |s, r| s.max(r.abs()));
+        Ok(Problem { m, x, w, reference, scale })
     }
 
-    /// [`relative_error`] of a kernel's Y for this problem.
+    /// [`relative_error`] of a kernel's Y for this problem, relative to its [`Problem::scale`].
     pub fn error(&self, dtype: Dtype, y: &[u16]) -> f32 {
-        relative_error(dtype, y, &self.reference)
+        relative_error(dtype, y, &self.reference, self.scale)
     }
 }
 
-/// `max |y - y_ref| / max |y_ref|` with `y` in `dtype` bits and `y_ref` the f32 reference
-/// ([`kdtree_quant::reference::w4a16_gemm_f32`]). Normalised by the largest output, since single
-/// outputs near zero (cancellation) carry no relative precision for any kernel.
-pub fn relative_error(dtype: Dtype, y: &[u16], reference: &[f32]) -> f32 {
+/// `max |y - y_ref| / scale` with `y` in `dtype` bits and `y_ref` the f32 reference
+/// ([`kdtree_quant::reference::w4a16_gemm_f32`]); `scale` is at least `max |y_ref|`. Normalised by
+/// a scale of all outputs, since single outputs near zero (cancellation) carry no relative
+/// precision for any kernel.
+pub fn relative_error(dtype: Dtype, y: &[u16], reference: &[f32], scale: f32) -> f32 {
     let to_f32 = |b: u16| match dtype {
         Dtype::F16 => half::f16::from_bits(b).to_f32(),
         Dtype::Bf16 => half::bf16::from_bits(b).to_f32(),
     };
-    let scale = reference.iter().fold(0f32, |m, r| m.max(r.abs()));
+    let scale = reference.iter().fold(scale, |m, r| m.max(r.abs()));
     let worst = y.iter().zip(reference).fold(0f32, |m, (&b, r)| {
         let d = (to_f32(b) - r).abs();
         if d.is_nan() { f32::INFINITY } else { m.max(d) }
@@ -93,9 +103,26 @@ mod tests {
     #[test]
     fn error_is_relative_to_the_largest_output_and_nan_is_infinite() {
         let y: Vec<u16> = [1.0f32, -2.0, 4.0].iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
-        assert_eq!(relative_error(Dtype::F16, &y, &[1.0, -2.0, 4.0]), 0.0);
-        assert_eq!(relative_error(Dtype::F16, &y, &[1.5, -2.0, 4.0]), 0.125);
+        assert_eq!(relative_error(Dtype::F16, &y, &[1.0, -2.0, 4.0], 0.0), 0.0);
+        assert_eq!(relative_error(Dtype::F16, &y, &[1.5, -2.0, 4.0], 0.0), 0.125);
+        assert_eq!(relative_error(Dtype::F16, &y, &[1.5, -2.0, 4.0], 5.0), 0.1, "a larger scale wins");
         let nan = [half::f16::NAN.to_bits()];
-        assert_eq!(relative_error(Dtype::F16, &nan, &[1.0]), f32::INFINITY);
+        assert_eq!(relative_error(Dtype::F16, &nan, &[1.0], 0.0), f32::INFINITY);
+    }
+
+    #[test]
+    fn a_single_cancelling_output_is_judged_against_the_size_of_its_terms() {
+        // One output (N = 1), many problems: some outputs cancel to far below their terms' size.
+        let problems: Vec<Problem> =
+            (0..64).map(|seed| Problem::random(1, 1, 832, 64, Dtype::F16, seed).unwrap()).collect();
+        let smallest = problems.iter().map(|p| p.reference[0].abs() / p.scale).fold(f32::INFINITY, f32::min);
+        assert!(smallest < 0.05, "some output cancels: {smallest}");
+        for p in &problems {
+            // sqrt(832 / 3) * rms(q s) = 16.7 * 0.07 ~ 1: the size of the sum, whatever it cancels to.
+            assert!((0.3..3.0).contains(&p.scale), "scale {}", p.scale);
+        }
+        // A typical 3-row, 70-column problem keeps its largest output as the scale.
+        let p = Problem::random(3, 70, 640, 32, Dtype::Bf16, 1).unwrap();
+        assert_eq!(p.scale, p.reference.iter().fold(0f32, |m, r| m.max(r.abs())));
     }
 }
