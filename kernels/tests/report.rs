@@ -118,7 +118,7 @@ fn kernels_at_kimi_k2_sizes() {
         let got = s.clone_dtoh(&out).unwrap();
         rows.push(Row {
             kernel: "silu_mul",
-            shape: format!("128 x 18432"),
+            shape: "128 x 18432".to_string(),
             max_error: max_error(&got, &want),
             speed: None,
         });
