@@ -18,7 +18,7 @@ fn stdout(output: &Output) -> String {
 fn help_names_every_environment_variable() {
     let help = stdout(&kdtree_jit(&["--help"]));
     assert!(help.contains("KDTREE_NVRTC_DIR") && help.contains("KDTREE_CACHE_DIR"), "{help}");
-    for command in ["list", "render", "compile"] {
+    for command in ["list", "render", "compile", "tune", "bench"] {
         assert!(help.contains(command), "{help}");
     }
 }
@@ -75,4 +75,35 @@ fn compile_with_an_nvrtc_dir_that_lacks_it_fails_saying_where_it_looked() {
         stderr.contains("NVRTC (libnvrtc.so.13) not found") && stderr.contains(&empty.path().display().to_string()),
         "{stderr}"
     );
+}
+
+/// Fails, and returns stderr.
+fn failure(args: &[&str]) -> String {
+    let output = kdtree_jit(args);
+    assert!(!output.status.success(), "{args:?} succeeded");
+    String::from_utf8(output.stderr).unwrap()
+}
+
+#[test]
+fn tune_and_bench_without_the_gpu_they_ask_for_say_so_and_fail() {
+    // Ordinal 99: no machine has it, so this holds on a GPU machine too (and tunes nothing there).
+    for command in ["tune", "bench"] {
+        let mut args = vec![command, "--gpu", "99"];
+        if command == "tune" {
+            args.extend(["--shape", "256,512", "--m", "1"]);
+        }
+        let stderr = failure(&args);
+        assert!(stderr.contains(&format!("`{command}` measures on a GPU")), "{stderr}");
+        assert!(stderr.contains("no CUDA driver") || stderr.contains("GPU 99"), "{stderr}");
+    }
+}
+
+#[test]
+fn tune_rejects_bad_arguments_before_looking_for_a_gpu() {
+    let stderr = failure(&["tune", "--preset", "llama"]);
+    assert!(stderr.contains("unknown preset `llama`: the presets are kimi-k2"), "{stderr}");
+    let stderr = failure(&["tune", "--shape", "4096,7168", "--flush", "sideways"]);
+    assert!(stderr.contains("read") && stderr.contains("write"), "the flush modes are listed: {stderr}");
+    let stderr = failure(&["tune", "--shape", "100"]);
+    assert!(stderr.contains("expected N,K such as 4096,7168"), "{stderr}");
 }
