@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cuda;
 use super::error::Result;
-use crate::Gpu;
+use crate::{Arch, Compiled, Gpu};
 
 /// How the L2 is evicted before each timed rep.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -50,10 +50,14 @@ extern "C" __global__ void kdtree_l2_flush(const uint4* __restrict__ buf, unsign
 }
 "#;
 
+/// The read kernel compiled for `arch`.
+fn compile_read_kernel(arch: Arch) -> Result<Compiled> {
+    Ok(crate::compile_source("kdtree_l2_flush", "tune/flush.rs", READ_KERNEL, arch, None)?)
+}
+
 pub struct Flusher {
-    mode: FlushMode,
     buf: CudaSlice<u8>,
-    /// The read kernel, its sink and its grid (blocks); unused by `Write`.
+    /// The read kernel, its sink and its grid (blocks); `None` flushes by a write.
     read: Option<(CudaFunction, CudaSlice<u32>, u32)>,
 }
 
@@ -66,16 +70,13 @@ impl Flusher {
         let buf = gpu.stream.alloc_zeros(Self::BYTES)?;
         let read = match mode {
             FlushMode::Write => None,
-            FlushMode::Read => {
-                let compiled = crate::compile_source("kdtree_l2_flush", "tune/flush.rs", READ_KERNEL, gpu.arch, None)?;
-                Some((gpu.load(&compiled)?, gpu.stream.alloc_zeros(1)?, sms * 8))
-            }
+            FlushMode::Read => Some((gpu.load(&compile_read_kernel(gpu.arch)?)?, gpu.stream.alloc_zeros(1)?, sms * 8)),
         };
-        Ok(Flusher { mode, buf, read })
+        Ok(Flusher { buf, read })
     }
 
     pub fn mode(&self) -> FlushMode {
-        self.mode
+        if self.read.is_some() { FlushMode::Read } else { FlushMode::Write }
     }
 
     pub fn flush(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
@@ -89,12 +90,11 @@ impl Flusher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Arch;
 
     #[test]
     fn the_read_kernel_compiles_for_every_named_arch() {
         for arch in [Arch(90), Arch(120)] {
-            let c = crate::compile_source("kdtree_l2_flush", "tune/flush.rs", READ_KERNEL, arch, None).unwrap();
+            let c = compile_read_kernel(arch).unwrap();
             assert!(c.cubin.starts_with(b"\x7fELF"), "{arch}: not a cubin");
         }
     }
