@@ -24,11 +24,6 @@ pub enum EngineError {
     #[error("{file}: tensor {tensor} is stored {stored}, but the quantization config says it is {expected}")]
     QuantizationMismatch { file: String, tensor: String, stored: &'static str, expected: &'static str },
 
-    #[error(
-        "{tensor} is not in {file}, which holds its weight_packed: INT4 weights split across shards are not supported"
-    )]
-    SplitQuantizedWeight { file: String, tensor: String },
-
     #[error("{file}: `{key}`: {reason}")]
     Config { file: String, key: String, reason: String },
 
@@ -58,6 +53,12 @@ pub enum EngineError {
 
     #[error("CUDA driver: {0}")]
     Driver(#[from] cudarc::driver::DriverError),
+
+    #[error("cuBLAS: {0}")]
+    Cublas(#[from] cudarc::cublas::result::CublasError),
+
+    #[error(transparent)]
+    Kernel(#[from] kdtree_kernels::Error),
 
     #[error(transparent)]
     Tuning(#[from] kdtree_jit::tune::error::TuneError),

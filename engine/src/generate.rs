@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{EngineError, Result};
 use crate::model::Model;
+use crate::registry::{Backend, KvStore};
 
 /// The tokens of one greedy generation and where the time went.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,16 +18,25 @@ pub struct Generation {
 
 /// Up to `max_new` argmax tokens after `prompt`, stopping after `stop` (which is included).
 /// The prompt is prefilled in one forward pass.
-pub fn greedy_generate(model: &Model, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Vec<u32>> {
+pub fn greedy_generate<B: Backend>(
+    model: &Model<B>,
+    prompt: &[u32],
+    max_new: usize,
+    stop: Option<u32>,
+) -> Result<Vec<u32>> {
     Ok(greedy_generate_timed(model, prompt, max_new, stop)?.tokens)
 }
 
 /// [`greedy_generate`] with the prefill and decode times.
-pub fn greedy_generate_timed(model: &Model, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Generation> {
+pub fn greedy_generate_timed<B: Backend>(
+    model: &Model<B>,
+    prompt: &[u32],
+    max_new: usize,
+    stop: Option<u32>,
+) -> Result<Generation> {
     if prompt.is_empty() {
         return Err(EngineError::InvalidArgument("greedy_generate: the prompt is empty".into()));
     }
-    let vocab = model.config.vocab_size;
     let mut cache = model.new_cache();
     let mut tokens = Vec::with_capacity(max_new);
     let start = Instant::now();
@@ -34,8 +44,7 @@ pub fn greedy_generate_timed(model: &Model, prompt: &[u32], max_new: usize, stop
         return Ok(Generation { tokens, prefill: Duration::ZERO, decode: Duration::ZERO });
     }
     let positions: Vec<usize> = (0..prompt.len()).collect();
-    let logits = model.forward(&mut cache, prompt, &positions, None)?;
-    let mut next = model.ops().argmax(&logits[(prompt.len() - 1) * vocab..], vocab)[0];
+    let mut next = *model.forward_argmax(&mut cache, prompt, &positions, None)?.last().expect("a row per token");
     let prefill = start.elapsed();
     loop {
         tokens.push(next);
@@ -43,8 +52,7 @@ pub fn greedy_generate_timed(model: &Model, prompt: &[u32], max_new: usize, stop
             break;
         }
         let position = cache.len();
-        let logits = model.forward(&mut cache, &[next], &[position], None)?;
-        next = model.ops().argmax(&logits, vocab)[0];
+        next = model.forward_argmax(&mut cache, &[next], &[position], None)?[0];
     }
     Ok(Generation { tokens, prefill, decode: start.elapsed() - prefill })
 }

@@ -4,16 +4,18 @@
 //!
 //! | concept | where |
 //! |---|---|
-//! | CPU reference ops | [`ops::cpu`] |
-//! | ops by name, backend, per-shape choice | [`registry::OpRegistry`] |
-//! | W4A16 linears on the GPU, variants from the tuning DB | [`cuda`] |
+//! | the ops a forward runs, over a backend's own tensors | [`registry::Backend`] |
+//! | CPU reference ops, and the backend made of them | [`ops::cpu`], [`cpu::CpuBackend`] |
+//! | every op on the GPU: JIT kernels, tuned W4A16 variants, cuBLAS | [`cuda`] |
 //! | visibility among new tokens (tree attention) | [`TreeMask`] |
 //! | the model, its config and KV cache | [`Model`], [`Config`], [`KvCache`] |
 //! | greedy decoding | [`greedy_generate`] |
+//! | DDTree speculative decoding | [`spec`] |
 //! | tiny random checkpoints for tests and demos | [`tiny`] |
 //!
 //! ```
 //! use kdtree_engine::tiny::{TinySpec, write_tiny_model};
+//! use kdtree_engine::registry::KvStore;
 //! use kdtree_engine::{Model, TreeMask, greedy_generate};
 //!
 //! let dir = tempfile::tempdir()?;
@@ -28,11 +30,13 @@
 //! let mask = TreeMask::from_parents(&[None, Some(0), Some(0)]);
 //! let logits = model.forward(&mut cache, &[4, 5, 6], &[3, 4, 4], Some(&mask))?;
 //! assert_eq!(logits.len(), 3 * model.config.vocab_size);
-//! cache.compact(3, &[0, 2]); // keep the path 0 -> 2
+//! cache.compact(3, &[0, 2])?; // keep the path 0 -> 2
 //! assert_eq!(cache.len(), 5);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod bench;
+pub mod cpu;
 pub mod cuda;
 pub mod error;
 pub mod generate;
@@ -46,4 +50,4 @@ pub mod tiny;
 pub use error::{EngineError, Result};
 pub use generate::{Generation, greedy_generate, greedy_generate_timed};
 pub use mask::TreeMask;
-pub use model::{Config, KvCache, Model};
+pub use model::{Config, KvCache, Model, WeightBytes};

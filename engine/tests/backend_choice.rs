@@ -3,7 +3,7 @@
 
 use kdtree_engine::EngineError;
 use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, Source, WeightShape, default_variant, plan};
-use kdtree_engine::registry::{Backend, BackendKind, Selection, select};
+use kdtree_engine::registry::{BackendKind, Selection, select};
 use kdtree_jit::tune::bench::Timing;
 use kdtree_jit::tune::db::{Entry, TuningDb};
 use kdtree_jit::tune::env::Environment;
@@ -164,13 +164,13 @@ fn the_default_variant_is_valid_and_serves_any_m_for_every_group_dtype_and_arch(
 }
 
 #[test]
-fn backend_open_gives_the_cpu_when_asked_and_auto_says_why_it_fell_back() {
+fn opening_the_backends_gives_the_cpu_when_asked_and_auto_says_why_it_fell_back() {
     let options = CudaOptions { ordinal: 0, tuning_db: "/nonexistent/tuning.json".into(), mode: Mode::Exact { m: 1 } };
-    let (backend, note) = Backend::open(BackendKind::Cpu, &options).unwrap();
-    assert_eq!((backend, note), (Backend::Cpu, None));
-    match Backend::open(BackendKind::Auto, &options).unwrap() {
-        (Backend::Cpu, Some(note)) => assert_eq!(note.lines().count(), 1, "{note}"),
-        (Backend::Cuda(cuda), None) => assert!(cuda.plans().is_empty(), "nothing uploaded yet"),
-        other => panic!("auto gave {other:?}"),
+    let open = || CudaBackend::open(&options);
+    assert!(matches!(select(BackendKind::Cpu, open).unwrap(), Selection::Cpu { note: None }));
+    match select(BackendKind::Auto, open).unwrap() {
+        Selection::Cpu { note: Some(note) } => assert_eq!(note.lines().count(), 1, "{note}"),
+        Selection::Gpu(cuda) => assert!(cuda.plans().is_empty(), "nothing uploaded yet"),
+        Selection::Cpu { note: None } => panic!("auto fell back without saying why"),
     }
 }

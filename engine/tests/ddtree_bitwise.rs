@@ -7,6 +7,7 @@ mod ddtree_common;
 use std::sync::LazyLock;
 
 use ddtree_common::tiny_model;
+use kdtree_engine::registry::KvStore;
 use kdtree_engine::spec::{Draft, DraftTree, verify};
 use kdtree_engine::{KvCache, Model};
 use kdtree_quant::sample::Uniform;
@@ -97,7 +98,7 @@ proptest! {
         for d in 0..3 {
             let position = chain.len();
             let logits = model.forward(&mut chain, &[next], &[position], None).unwrap();
-            next = model.ops().argmax(&logits, vocab)[0];
+            next = kdtree_engine::ops::cpu::argmax(&logits, vocab)[0];
             let mut row: Vec<f32> = (0..vocab).map(|t| -((((t as u64) ^ seed.rotate_left(d)) % 97) as f32) - 1.0).collect();
             row[next as usize] = 0.0;
             rows.extend(row);

@@ -3,10 +3,8 @@
 //! fixed-order dot product, so the logits agree bit for bit.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use kdtree_engine::Model;
-use kdtree_engine::registry::{Backend, Impl, ImplChooser, OpName, OpRegistry, ShapeKey};
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 use kdtree_quant::{SafetensorsFile, Tensor, write_file};
 use safetensors::Dtype;
@@ -34,19 +32,6 @@ fn dequantized_copy(src: &Path, dst: &Path) {
     std::fs::write(dst.join("config.json"), config.to_string()).unwrap();
 }
 
-/// Records the shapes the W4A16 linear is asked for.
-#[derive(Default)]
-struct W4a16Shapes(Mutex<Vec<(usize, usize)>>);
-
-impl ImplChooser for W4a16Shapes {
-    fn choose(&self, _: &Backend, key: &ShapeKey) -> Option<Impl> {
-        if key.op == OpName::W4a16Linear {
-            self.0.lock().unwrap().push((key.n, key.k));
-        }
-        None
-    }
-}
-
 #[test]
 fn int4_logits_equal_the_dequantized_f32_models_bitwise() {
     let dir = tempfile::tempdir().unwrap();
@@ -55,8 +40,7 @@ fn int4_logits_equal_the_dequantized_f32_models_bitwise() {
     write_tiny_model(&int4_dir, &spec).unwrap();
     dequantized_copy(&int4_dir, &f32_dir);
 
-    let shapes = Arc::new(W4a16Shapes::default());
-    let int4 = Model::load_with(&int4_dir, OpRegistry::new(Backend::Cpu).with_chooser(shapes.clone())).unwrap();
+    let int4 = Model::load(&int4_dir).unwrap();
     let dense = Model::load(&f32_dir).unwrap();
     let prompt = [9u32, 250, 3, 77, 77, 1];
     let positions: Vec<usize> = (0..prompt.len()).collect();
@@ -64,8 +48,10 @@ fn int4_logits_equal_the_dequantized_f32_models_bitwise() {
     let b = dense.forward(&mut dense.new_cache(), &prompt, &positions, None).unwrap();
     assert_eq!(a, b);
 
-    // Only routed experts ran INT4: gate/up [32, 64] and down [64, 32], never attention or lm_head.
-    let seen = shapes.0.lock().unwrap();
-    assert!(!seen.is_empty());
-    assert!(seen.iter().all(|&s| s == (32, 64) || s == (64, 32)), "{seen:?}");
+    // Only routed experts are INT4 (gate/up [32, 64] and down [64, 32], 40 + 40 bytes per row of
+    // 64 or 32 with bf16 scales), never attention, shared experts or lm_head.
+    let bytes = int4.weight_bytes();
+    assert_eq!(bytes.expert, 2 * 32 * (64 / 2 + 2 * 2) + 64 * (32 / 2 + 2));
+    assert_eq!(bytes.int4, bytes.expert * bytes.experts_per_layer * bytes.moe_layers);
+    assert_eq!(dense.weight_bytes().int4, 0);
 }

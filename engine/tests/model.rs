@@ -1,6 +1,7 @@
 //! The model on tiny generated checkpoints: prefill against one-token decoding, tree forwards
 //! against sequential ones, and greedy generation.
 
+use kdtree_engine::registry::KvStore;
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 use kdtree_engine::{Model, TreeMask, greedy_generate};
 
@@ -82,7 +83,7 @@ fn compacting_the_accepted_path_leaves_the_cache_of_the_path_alone() {
     let mut cache = model.new_cache();
     model.forward(&mut cache, &PROMPT[..3], &[0, 1, 2], None).unwrap();
     model.forward(&mut cache, &tokens, &[3, 4, 4, 5], Some(&TreeMask::from_parents(&parents))).unwrap();
-    cache.compact(3, &[0, 2, 3]);
+    cache.compact(3, &[0, 2, 3]).unwrap();
     assert_eq!(cache.len(), 6);
     let next = model.forward(&mut cache, &[50], &[6], None).unwrap();
     let expect = sequential(&model, &[PROMPT[0], PROMPT[1], PROMPT[2], 10, 30, 40, 50]);
@@ -98,7 +99,7 @@ fn greedy_generation_is_the_argmax_chain_and_stops_at_the_stop_token() {
     let mut seq = PROMPT.to_vec();
     for &t in &out {
         let logits = sequential(&model, &seq);
-        assert_eq!(model.ops().argmax(&logits[(seq.len() - 1) * vocab..], vocab)[0], t);
+        assert_eq!(kdtree_engine::ops::cpu::argmax(&logits[(seq.len() - 1) * vocab..], vocab)[0], t);
         seq.push(t);
     }
     let stopped = greedy_generate(&model, &PROMPT, 6, Some(out[2])).unwrap();

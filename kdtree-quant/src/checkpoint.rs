@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::TensorView;
+use safetensors::tensor::{Metadata, TensorInfo, TensorView};
 use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::dtype::Dtype;
@@ -41,19 +41,32 @@ pub fn write_file(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
         .map_err(|e| QuantError::Io { file: path.display().to_string(), source: std::io::Error::other(e.to_string()) })
 }
 
-/// A safetensors file read into memory, its header checked once at open.
+/// A safetensors file mapped into memory, its header parsed and checked once at open. Tensors are
+/// read straight from the map, so opening a shard costs its header, not its size; pages of a tensor
+/// already taken can be dropped again with [`SafetensorsFile::release`].
 pub struct SafetensorsFile {
     path: PathBuf,
-    bytes: Vec<u8>,
+    map: memmap2::Mmap,
+    /// Where the tensors' data starts: after the 8-byte header length and the header.
+    data_start: usize,
+    metadata: Metadata,
 }
 
 impl SafetensorsFile {
     pub fn open(path: &Path) -> Result<Self> {
-        let bytes =
-            std::fs::read(path).map_err(|source| QuantError::Io { file: path.display().to_string(), source })?;
-        let file = Self { path: path.to_owned(), bytes };
-        file.tensors()?;
-        Ok(file)
+        let io = |source| QuantError::Io { file: path.display().to_string(), source };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: the map is read-only and private to this process; a checkpoint rewritten while it
+        // is mapped is outside the engine's contract (as for every reader of mapped files).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let malformed = |e: safetensors::SafeTensorError| QuantError::MalformedFile {
+            file: path.display().to_string(),
+            reason: e.to_string(),
+        };
+        // Full validation once (offsets contiguous and inside the file), then only the metadata is kept.
+        SafeTensors::deserialize(&map).map_err(malformed)?;
+        let (header, metadata) = SafeTensors::read_metadata(&map).map_err(malformed)?;
+        Ok(Self { path: path.to_owned(), map, data_start: 8 + header, metadata })
     }
 
     pub fn path(&self) -> &Path {
@@ -64,81 +77,112 @@ impl SafetensorsFile {
         self.path.display().to_string()
     }
 
-    /// The parsed file; parsing only reads the header.
-    pub fn tensors(&self) -> Result<SafeTensors<'_>> {
-        SafeTensors::deserialize(&self.bytes)
-            .map_err(|e| QuantError::MalformedFile { file: self.name(), reason: e.to_string() })
+    pub fn names(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self.metadata.tensors().into_keys().collect();
+        names.sort();
+        Ok(names)
     }
 
-    pub fn names(&self) -> Result<Vec<String>> {
-        Ok(self.tensors()?.names().into_iter().map(str::to_owned).collect())
+    fn info(&self, name: &str) -> Result<&TensorInfo> {
+        self.metadata.info(name).ok_or_else(|| QuantError::MissingTensor { tensor: name.into(), file: self.name() })
     }
 
     /// One tensor, or [`QuantError::MissingTensor`] naming it and the file.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>> {
-        self.tensors()?.tensor(name).map_err(|_| QuantError::MissingTensor { tensor: name.into(), file: self.name() })
+        let info = self.info(name)?;
+        let (start, end) = info.data_offsets;
+        let data = &self.map[self.data_start + start..self.data_start + end];
+        TensorView::new(info.dtype, info.shape.clone(), data)
+            .map_err(|e| QuantError::MalformedFile { file: self.name(), reason: format!("tensor {name}: {e}") })
+    }
+
+    /// Lets the OS drop the pages of tensor `name` from memory (they are read again from the file if
+    /// the tensor is taken again): what a loader calls once it has copied a tensor elsewhere.
+    pub fn release(&self, name: &str) {
+        let Ok(info) = self.info(name) else { return };
+        let (start, end) = info.data_offsets;
+        // Whole pages inside the tensor only: a page shared with a neighbour stays.
+        let page = 4096;
+        let from = (self.data_start + start).div_ceil(page) * page;
+        let to = (self.data_start + end) / page * page;
+        if to > from {
+            // SAFETY: the map is read-only and file-backed, so dropping its pages loses nothing: a later
+            // read faults them in again from the file.
+            let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from) };
+        }
     }
 
     /// Reads the quantized weight stored under `prefix` (`<prefix>.weight_packed`, ...).
     /// `group_size`, where the config states one, must agree with the scales' shape;
     /// otherwise it is inferred from them.
     pub fn quantized_weight(&self, prefix: &str, group_size: Option<usize>) -> Result<QuantizedWeight> {
-        let (n, k) = self.weight_shape(prefix)?;
-        let scale_name = format!("{prefix}.weight_scale");
-        let scale = self.tensor(&scale_name)?;
-        let dtype = Dtype::from_safetensors(scale.dtype()).ok_or_else(|| QuantError::DtypeMismatch {
-            tensor: scale_name.clone(),
-            expected: "F16 or BF16".into(),
-            actual: format!("{:?}", scale.dtype()),
-        })?;
-        let group_size = match (group_size, scale.shape()) {
-            (Some(g), _) => g,
-            (None, [_, groups]) if *groups > 0 && k % groups == 0 => k / groups,
-            (None, shape) => {
-                return Err(QuantError::ShapeMismatch {
-                    tensor: scale_name,
-                    expected: vec![n, k / 32],
-                    actual: shape.to_vec(),
-                });
-            }
-        };
-        check_group(prefix, k, group_size)?;
-        expect_shape(&scale_name, &scale, &[n, k / group_size])?;
-
-        let packed_name = format!("{prefix}.weight_packed");
-        let packed = self.tensor(&packed_name)?;
-        expect_dtype(&packed_name, &packed, StDtype::I32)?;
-        expect_shape(&packed_name, &packed, &[n, k.div_ceil(int4::PER_WORD)])?;
-
-        QuantizedWeight::from_parts(
-            prefix,
-            n,
-            k,
-            group_size,
-            bytemuck::pod_collect_to_vec(packed.data()),
-            Scales { dtype, bits: bytemuck::pod_collect_to_vec(scale.data()) },
-        )
+        read_quantized(prefix, group_size, |name| self.tensor(name))
     }
+}
 
-    fn weight_shape(&self, prefix: &str) -> Result<(usize, usize)> {
-        let name = format!("{prefix}.weight_shape");
-        let t = self.tensor(&name)?;
-        let dims: Vec<i64> = match t.dtype() {
-            StDtype::I64 => bytemuck::pod_collect_to_vec(t.data()),
-            StDtype::I32 => bytemuck::pod_collect_to_vec::<u8, i32>(t.data()).into_iter().map(i64::from).collect(),
-            other => {
-                return Err(QuantError::DtypeMismatch {
-                    tensor: name,
-                    expected: "I64".into(),
-                    actual: format!("{other:?}"),
-                });
-            }
-        };
-        match dims[..] {
-            [n, k] if n > 0 && k > 0 => Ok((n as usize, k as usize)),
-            [n, k] => Err(QuantError::OutOfRange { tensor: name, value: n.min(k), range: "positive dimensions" }),
-            _ => Err(QuantError::ShapeMismatch { tensor: name, expected: vec![2], actual: vec![dims.len()] }),
+/// Reads the quantized weight stored under `prefix` from the tensors `tensor` finds by name, which
+/// may come from different files (a checkpoint's index may put a weight's three tensors in different
+/// shards). `group_size` as for [`SafetensorsFile::quantized_weight`].
+pub fn read_quantized<'a>(
+    prefix: &str,
+    group_size: Option<usize>,
+    tensor: impl Fn(&str) -> Result<TensorView<'a>>,
+) -> Result<QuantizedWeight> {
+    let (n, k) = weight_shape(prefix, &tensor)?;
+    let scale_name = format!("{prefix}.weight_scale");
+    let scale = tensor(&scale_name)?;
+    let dtype = Dtype::from_safetensors(scale.dtype()).ok_or_else(|| QuantError::DtypeMismatch {
+        tensor: scale_name.clone(),
+        expected: "F16 or BF16".into(),
+        actual: format!("{:?}", scale.dtype()),
+    })?;
+    let group_size = match (group_size, scale.shape()) {
+        (Some(g), _) => g,
+        (None, [_, groups]) if *groups > 0 && k % groups == 0 => k / groups,
+        (None, shape) => {
+            return Err(QuantError::ShapeMismatch {
+                tensor: scale_name,
+                expected: vec![n, k / 32],
+                actual: shape.to_vec(),
+            });
         }
+    };
+    check_group(prefix, k, group_size)?;
+    expect_shape(&scale_name, &scale, &[n, k / group_size])?;
+
+    let packed_name = format!("{prefix}.weight_packed");
+    let packed = tensor(&packed_name)?;
+    expect_dtype(&packed_name, &packed, StDtype::I32)?;
+    expect_shape(&packed_name, &packed, &[n, k.div_ceil(int4::PER_WORD)])?;
+
+    QuantizedWeight::from_parts(
+        prefix,
+        n,
+        k,
+        group_size,
+        bytemuck::pod_collect_to_vec(packed.data()),
+        Scales { dtype, bits: bytemuck::pod_collect_to_vec(scale.data()) },
+    )
+}
+
+fn weight_shape<'a>(prefix: &str, tensor: impl Fn(&str) -> Result<TensorView<'a>>) -> Result<(usize, usize)> {
+    let name = format!("{prefix}.weight_shape");
+    let t = tensor(&name)?;
+    let dims: Vec<i64> = match t.dtype() {
+        StDtype::I64 => bytemuck::pod_collect_to_vec(t.data()),
+        StDtype::I32 => bytemuck::pod_collect_to_vec::<u8, i32>(t.data()).into_iter().map(i64::from).collect(),
+        other => {
+            return Err(QuantError::DtypeMismatch {
+                tensor: name,
+                expected: "I64".into(),
+                actual: format!("{other:?}"),
+            });
+        }
+    };
+    match dims[..] {
+        [n, k] if n > 0 && k > 0 => Ok((n as usize, k as usize)),
+        [n, k] => Err(QuantError::OutOfRange { tensor: name, value: n.min(k), range: "positive dimensions" }),
+        _ => Err(QuantError::ShapeMismatch { tensor: name, expected: vec![2], actual: vec![dims.len()] }),
     }
 }
 

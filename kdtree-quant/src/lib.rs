@@ -30,7 +30,7 @@ pub mod sample;
 pub mod scales;
 pub mod weight;
 
-pub use checkpoint::{SafetensorsFile, Tensor, write_file};
+pub use checkpoint::{SafetensorsFile, Tensor, read_quantized, write_file};
 pub use dtype::{Dtype, Half};
 pub use error::{QuantError, Result};
 pub use scales::Scales;

@@ -3,13 +3,14 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use kdtree_engine::cuda::{CudaOptions, Mode, Plan, Source};
-use kdtree_engine::registry::{Backend, BackendKind};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, Plan, Source};
+use kdtree_engine::registry::{BackendKind, Selection, select};
 use kdtree_jit::Variant;
 use kdtree_jit::tune::db::TuningDb;
 
-/// Where ops run. On CUDA, W4A16 linears run tuned GPU kernels (one variant per weight shape,
-/// from the tuning DB) and every other op runs on the CPU reference.
+/// Where ops run. On CUDA every op of the forward runs on the GPU: W4A16 linears with tuned kernels
+/// (one variant per weight shape, from the tuning DB), dense linears with cuBLAS, the rest with
+/// kdtree-kernels' JIT-compiled kernels.
 #[derive(Debug, Args)]
 pub struct BackendArgs {
     /// `auto`: CUDA when a GPU, its driver and NVRTC are found, else the CPU (with a one-line note).
@@ -37,25 +38,27 @@ pub struct BackendArgs {
 
 impl BackendArgs {
     /// Opens the backend; `default_m` is the M exact mode tunes for when --exact-variant-m is absent.
-    /// Prints a one-line note to stderr when `auto` falls back to the CPU.
-    pub fn open(&self, default_m: usize) -> anyhow::Result<Backend> {
+    /// Prints a one-line note to stderr when `auto` falls back to the CPU. `None` is the CPU.
+    pub fn open(&self, default_m: usize) -> anyhow::Result<Option<CudaBackend>> {
         let mode = if self.fast { Mode::Fast } else { Mode::Exact { m: self.exact_variant_m.unwrap_or(default_m) } };
         let tuning_db = self.tuning_db.clone().unwrap_or_else(TuningDb::default_path);
-        let (backend, note) = Backend::open(self.backend, &CudaOptions { ordinal: self.gpu, tuning_db, mode })?;
-        if let Some(note) = note {
-            eprintln!("{note}");
-        }
-        Ok(backend)
+        let options = CudaOptions { ordinal: self.gpu, tuning_db, mode };
+        Ok(match select(self.backend, || CudaBackend::open(&options))? {
+            Selection::Cpu { note } => {
+                if let Some(note) = note {
+                    eprintln!("{note}");
+                }
+                None
+            }
+            Selection::Gpu(gpu) => Some(gpu),
+        })
     }
 }
 
 /// One row per W4A16 weight shape: the variant it runs and where that came from, as a table and
-/// as JSON. Empty on the CPU.
-pub fn variant_table(backend: &Backend) -> (String, serde_json::Value) {
-    let plans = match backend {
-        Backend::Cuda(cuda) => cuda.plans(),
-        Backend::Cpu => Vec::new(),
-    };
+/// as JSON.
+pub fn variant_table(cuda: &CudaBackend) -> (String, serde_json::Value) {
+    let plans = cuda.plans();
     if plans.is_empty() {
         return (String::new(), serde_json::Value::Array(Vec::new()));
     }

@@ -2,7 +2,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use kdtree_engine::registry::OpRegistry;
+use std::sync::Arc;
+
+use kdtree_engine::cpu::CpuBackend;
+use kdtree_engine::registry::Backend;
 use kdtree_engine::spec::SpecArgs;
 use kdtree_engine::{Model, greedy_generate_timed};
 
@@ -36,9 +39,20 @@ pub struct GenerateArgs {
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     // Exact mode's variants are tuned for the M the decode loop runs most: the tree, or one token.
     let default_m = if args.spec.spec.is_some() { args.spec.budget + 1 } else { 1 };
-    let ops = OpRegistry::new(args.backend.open(default_m)?);
-    let model = Model::load_with(&args.model, ops).with_context(|| format!("loading {}", args.model.display()))?;
-    let (variants, variants_json) = variant_table(model.ops().backend());
+    match args.backend.open(default_m)? {
+        None => run_on(&args, Arc::new(CpuBackend), |_| (String::new(), serde_json::json!([]))),
+        Some(cuda) => run_on(&args, Arc::new(cuda), |model| variant_table(model.backend())),
+    }
+}
+
+/// Loads the model on `backend` and generates; `variants` describes the kernels it chose.
+fn run_on<B: Backend>(
+    args: &GenerateArgs,
+    backend: Arc<B>,
+    variants: impl Fn(&Model<B>) -> (String, serde_json::Value),
+) -> anyhow::Result<()> {
+    let model = Model::load_on(&args.model, backend).with_context(|| format!("loading {}", args.model.display()))?;
+    let (variants, variants_json) = variants(&model);
     // With --json, stdout holds one JSON object: the table goes to stderr (and into the object).
     if args.json {
         eprint!("{variants}");
@@ -59,7 +73,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let decode_tps = if decoded == 0 { 0.0 } else { decoded as f64 / decode_s.max(f64::MIN_POSITIVE) };
     if args.json {
         let out = serde_json::json!({
-            "model": args.model, "prompt": args.prompt_ids, "tokens": g.tokens, "backend": model.ops().backend().to_string(),
+            "model": args.model, "prompt": args.prompt_ids, "tokens": g.tokens, "backend": model.backend().describe(),
             "w4a16_variants": variants_json,
             "prefill_s": prefill_s, "decode_s": decode_s,
             "prefill_tokens_per_s": prefill_tps, "decode_tokens_per_s": decode_tps,

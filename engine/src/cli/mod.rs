@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand.
 
 mod backend;
+mod bench;
 mod generate;
 mod make_tiny;
 
@@ -11,7 +12,8 @@ use clap::{Parser, Subcommand};
 /// Models are Hugging Face-style folders: config.json plus safetensors shards (optionally with
 /// model.safetensors.index.json); routed experts may be INT4 (compressed-tensors pack-quantized).
 /// Ops run on the deterministic CPU reference backend, or with `--backend cuda` (the default `auto`
-/// when a GPU is found) the INT4 linears run tuned GPU kernels chosen from the tuning DB.
+/// when a GPU is found) every op runs on the GPU, the INT4 linears with tuned kernels chosen from
+/// the tuning DB.
 #[derive(Debug, Parser)]
 #[command(name = "kdtree-engine", version)]
 pub struct Cli {
@@ -22,6 +24,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Generate(generate::GenerateArgs),
+    Bench(bench::BenchArgs),
     MakeTiny(make_tiny::MakeTinyArgs),
 }
 
@@ -29,6 +32,7 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<()> {
         match self.command {
             Command::Generate(args) => generate::run(args),
+            Command::Bench(args) => bench::run(args),
             Command::MakeTiny(args) => make_tiny::run(args),
         }
     }

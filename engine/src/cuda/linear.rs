@@ -1,17 +1,21 @@
-//! A W4A16 linear layer resident on the GPU: its weight repacked and uploaded once, and the
-//! compiled kernels of its shape's plan.
+//! Linear weights on the GPU: dense ones in bf16/f16 for cuBLAS, INT4 ones repacked for the W4A16
+//! kernel variant their shape's plan names (tuning DB or default), uploaded once at load.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice};
-use kdtree_jit::Gpu;
-use kdtree_jit::tune::problem::{from_bits, to_bits};
+use half::bf16;
 use kdtree_jit::w4a16::{self, GemmBuffers, W4a16};
-use kdtree_quant::QuantizedWeight;
+use kdtree_quant::{Dtype, QuantizedWeight};
 
-use super::select::{Plan, WeightShape};
+use super::CudaBackend;
+use super::gemm::{self, EXACT_ROWS, GemmInput};
+use super::ops;
+use super::select::{Mode, Plan, WeightShape};
+use super::tensor::CudaTensor;
 use crate::error::{EngineError, Result};
+use crate::registry::{DenseValues, DenseWeight};
 
 /// The loaded kernels of one weight shape, shared by every weight of that shape.
 pub struct ShapeKernels {
@@ -21,93 +25,139 @@ pub struct ShapeKernels {
 }
 
 impl ShapeKernels {
-    /// `functions` must hold every variant of `plan`.
-    pub fn new(shape: WeightShape, plan: Plan, functions: &HashMap<W4a16, CudaFunction>) -> Result<Self> {
-        let functions = plan
-            .variants()
-            .into_iter()
-            .map(|v| {
-                let f = functions.get(&v).ok_or_else(|| missing(&v))?;
-                Ok((v, f.clone()))
-            })
-            .collect::<Result<_>>()?;
-        Ok(Self { shape, plan, functions })
+    pub(super) fn new(shape: WeightShape, plan: Plan, functions: HashMap<W4a16, CudaFunction>) -> Self {
+        Self { shape, plan, functions }
     }
 
     /// The variant for `m` rows and its function.
     fn for_rows(&self, m: usize) -> Result<(&W4a16, &CudaFunction)> {
         let v = self.plan.variant_for(m);
-        Ok((v, self.functions.get(v).ok_or_else(|| missing(v))?))
+        let f = self.functions.get(v).ok_or_else(|| {
+            EngineError::InvalidArgument(format!("the kernel of {} was not loaded", kdtree_jit::Variant::name(v)))
+        })?;
+        Ok((v, f))
     }
 }
 
-fn missing(v: &W4a16) -> EngineError {
-    EngineError::InvalidArgument(format!("the kernel of {} was not loaded", kdtree_jit::Variant::name(v)))
-}
-
-/// An INT4 weight on the GPU. The host copy stays for the CPU reference (and `dequantized`).
-pub struct CudaLinear {
-    pub host: QuantizedWeight,
-    packed: CudaSlice<u32>,
-    scales: CudaSlice<u16>,
-    kernels: Arc<ShapeKernels>,
-    gpu: Gpu,
-}
-
-impl std::fmt::Debug for CudaLinear {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaLinear").field("shape", &self.kernels.shape).field("plan", &self.kernels.plan).finish()
-    }
-}
-
-/// Equal when they hold the same weight under the same plan (device buffers are not compared).
-impl PartialEq for CudaLinear {
-    fn eq(&self, other: &Self) -> bool {
-        self.host == other.host && self.kernels.plan == other.kernels.plan
-    }
+/// A linear layer's weight on the GPU.
+pub enum CudaLinear {
+    /// bf16 or f16 bits `[n, k]` (an f32 checkpoint weight is rounded to bf16 when uploaded).
+    Dense { n: usize, k: usize, dtype: Dtype, w: CudaSlice<u16> },
+    /// INT4 in the layout of its shape's kernels.
+    Int4 { n: usize, k: usize, packed: CudaSlice<u32>, scales: CudaSlice<u16>, kernels: Arc<ShapeKernels> },
 }
 
 impl CudaLinear {
-    /// Repacks `w` into the kernels' layout (every W4A16 variant reads the same one, so a plan of
-    /// several variants needs one copy) and uploads it.
-    pub fn upload(gpu: &Gpu, w: &QuantizedWeight, kernels: Arc<ShapeKernels>) -> Result<Self> {
+    pub fn n(&self) -> usize {
+        match self {
+            CudaLinear::Dense { n, .. } | CudaLinear::Int4 { n, .. } => *n,
+        }
+    }
+
+    pub fn k(&self) -> usize {
+        match self {
+            CudaLinear::Dense { k, .. } | CudaLinear::Int4 { k, .. } => *k,
+        }
+    }
+
+    /// The INT4 weight's activation dtype (its scales'), or the dense weight's dtype.
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            CudaLinear::Dense { dtype, .. } => *dtype,
+            CudaLinear::Int4 { kernels, .. } => kernels.shape.dtype,
+        }
+    }
+
+    pub(super) fn dense(b: &CudaBackend, w: &DenseWeight) -> Result<CudaLinear> {
+        let (dtype, bits): (Dtype, Vec<u16>) = match &w.values {
+            DenseValues::Bf16(v) => (Dtype::Bf16, v.iter().map(|x| x.to_bits()).collect()),
+            DenseValues::F16(v) => (Dtype::F16, v.iter().map(|x| x.to_bits()).collect()),
+            DenseValues::F32(v) => (Dtype::Bf16, v.iter().map(|&x| bf16::from_f32(x).to_bits()).collect()),
+        };
+        Ok(CudaLinear::Dense { n: w.n, k: w.k, dtype, w: b.stream().clone_htod(&bits)? })
+    }
+
+    /// Repacks `w` into the kernels' layout (every W4A16 variant reads the same one) and uploads it.
+    pub(super) fn int4(b: &CudaBackend, w: &QuantizedWeight, kernels: Arc<ShapeKernels>) -> Result<CudaLinear> {
         let d = w4a16::repack(&kernels.plan.general.variant, w)?;
-        let packed = gpu.stream.clone_htod(&d.packed)?;
-        let scales = gpu.stream.clone_htod(&d.scales)?;
-        Ok(Self { host: w.clone(), packed, scales, kernels, gpu: gpu.clone() })
+        let (packed, scales) = (b.stream().clone_htod(&d.packed)?, b.stream().clone_htod(&d.scales)?);
+        Ok(CudaLinear::Int4 { n: w.n, k: w.k, packed, scales, kernels })
     }
+}
 
-    pub fn variant_for(&self, m: usize) -> &W4a16 {
-        self.kernels.plan.variant_for(m)
-    }
+/// `x` rounded to `dtype` bits.
+pub(super) fn to_half(b: &CudaBackend, x: &CudaTensor, dtype: Dtype) -> Result<CudaSlice<u16>> {
+    let mut out = b.output::<u16>(x.len())?;
+    ops::to_half(b.kernels(), &x.data, dtype, &mut out)?;
+    Ok(out)
+}
 
-    /// `y[m, n] = x[m, k] · dequant(W)ᵀ` on the GPU. X is rounded to the activation dtype on the
-    /// way up and Y comes back in it, widened to f32.
-    ///
-    /// Activations cross host <-> device on every call; keeping them on the device between ops
-    /// (device-resident activations, the other ops on the GPU too) is the next step.
-    pub fn forward(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
-        let (n, k, dtype) = (self.host.n, self.host.k, self.kernels.shape.dtype);
-        if x.len() != m * k {
-            return Err(EngineError::InvalidArgument(format!(
-                "w4a16 linear: x holds {} values, {m} rows of {k} need {}",
-                x.len(),
-                m * k
-            )));
-        }
-        if m == 0 {
-            return Ok(Vec::new());
-        }
-        let (v, f) = self.kernels.for_rows(m)?;
-        let s = &self.gpu.stream;
-        let bits: Vec<u16> = x.iter().map(|&x| to_bits(dtype, x)).collect();
-        let xd = s.clone_htod(&bits)?;
-        let mut y = s.alloc_zeros::<u16>(m * n)?;
-        // Zeroed: split-K variants keep their tile counters here (the kernel leaves them at zero).
-        let mut workspace = s.alloc_zeros::<f32>(w4a16::workspace_len(v, m, n).max(1))?;
-        let b =
-            GemmBuffers { x: &xd, packed: &self.packed, scales: &self.scales, y: &mut y, workspace: &mut workspace };
-        w4a16::launch(&self.gpu, f, v, m, n, k, b)?;
-        Ok(s.clone_dtoh(&y)?.into_iter().map(|b| from_bits(dtype, b)).collect())
+/// `y[m, n] = x[m, k] · Wᵀ`.
+pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, w: &CudaLinear) -> Result<CudaTensor> {
+    let (m, n, k) = (x.rows, w.n(), w.k());
+    if x.cols != k {
+        return Err(EngineError::InvalidArgument(format!("linear: rows of {} against a weight's K of {k}", x.cols)));
     }
+    let xh = to_half(b, x, w.dtype())?;
+    let input = if w.dtype() == Dtype::F16 { GemmInput::F16 } else { GemmInput::Bf16 };
+    match w {
+        CudaLinear::Dense { w, .. } => Ok(CudaTensor { data: dense(b, input, &xh, w, (m, n, k))?, rows: m, cols: n }),
+        CudaLinear::Int4 { .. } => {
+            let y = int4_half(b, &xh, m, w)?;
+            let mut out = b.output::<f32>(m * n)?;
+            ops::from_half(b.kernels(), &y, w.dtype(), &mut out)?;
+            Ok(CudaTensor { data: out, rows: m, cols: n })
+        }
+    }
+}
+
+/// The W4A16 product of `m` half rows `x` into half rows, by the plan's variant for `m`.
+pub(super) fn int4_half(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaLinear) -> Result<CudaSlice<u16>> {
+    let CudaLinear::Int4 { n, k, packed, scales, kernels } = w else {
+        return Err(EngineError::InvalidArgument("int4_half: a dense weight".into()));
+    };
+    let (v, f) = kernels.for_rows(m)?;
+    let s = b.stream();
+    let mut y = b.output::<u16>(m * n)?;
+    // Zeroed: split-K variants keep their tile counters here (the kernel leaves them at zero); other
+    // variants never touch it.
+    let len = w4a16::workspace_len(v, m, *n);
+    let mut workspace = if len == 0 { b.output::<f32>(1)? } else { s.alloc_zeros::<f32>(len)? };
+    let buffers = GemmBuffers { x, packed, scales, y: &mut y, workspace: &mut workspace };
+    w4a16::launch(b.gpu(), f, v, m, *n, *k, buffers)?;
+    Ok(y)
+}
+
+/// A dense product through cuBLAS; in exact mode in padded chunks of [`EXACT_ROWS`] (see
+/// [`gemm`]'s module doc), so that a row's bits never depend on `m`.
+pub(super) fn dense<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    b: &CudaBackend,
+    input: GemmInput,
+    x: &CudaSlice<T>,
+    w: &CudaSlice<T>,
+    (m, n, k): (usize, usize, usize),
+) -> Result<CudaSlice<f32>> {
+    let s = b.stream();
+    if matches!(b.mode(), Mode::Fast) {
+        let mut y = b.output::<f32>(m * n)?;
+        gemm::gemm(b.blas(), s, input, (m, n, k), &x.as_view(), &w.as_view(), &mut y.as_view_mut())?;
+        return Ok(y);
+    }
+    let rows = gemm::padded_rows(m);
+    // Padding rows are left as they are: a GEMM's row depends on its own row of X only.
+    let mut xp = b.output::<T>(rows * k)?;
+    s.memcpy_dtod(&x.slice(0..m * k), &mut xp.slice_mut(0..m * k))?;
+    let mut yp = b.output::<f32>(rows * n)?;
+    for chunk in 0..rows / EXACT_ROWS {
+        let (xs, ys) = (chunk * EXACT_ROWS * k, chunk * EXACT_ROWS * n);
+        let xc = xp.slice(xs..xs + EXACT_ROWS * k);
+        let mut yc = yp.slice_mut(ys..ys + EXACT_ROWS * n);
+        gemm::gemm(b.blas(), s, input, (EXACT_ROWS, n, k), &xc, &w.as_view(), &mut yc)?;
+    }
+    if rows == m {
+        return Ok(yp);
+    }
+    let mut y = b.output::<f32>(m * n)?;
+    s.memcpy_dtod(&yp.slice(0..m * n), &mut y)?;
+    Ok(y)
 }

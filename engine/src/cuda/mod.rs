@@ -1,28 +1,50 @@
-//! The CUDA backend: W4A16 linears run the tuned kernels of kdtree-jit on the GPU; every other op
-//! (dense linears, norms, rope, attention, routing) stays on the CPU reference, so a forward's
-//! only GPU work is the INT4 GEMMs, which is where an INT4 checkpoint's time goes.
+//! The CUDA backend: every op of the forward on the GPU. Activations, the KV cache and the weights
+//! stay on the device; a forward uploads its token ids, positions and mask and returns argmax ids
+//! (or logits), and each MoE layer reads its routing back to size the experts' launches.
 //!
-//! At load, [`CudaBackend::upload`] takes the model's W4A16 weights: it plans the variants of
-//! every distinct weight shape from the tuning DB ([`select`]), compiles them all in parallel
-//! through the cubin cache, then repacks and uploads each weight once.
+//! | op | how |
+//! |---|---|
+//! | dense linears, the router, the LM head | cuBLAS (bf16/f16 in, f32 out; f32 for the router), [`gemm`] |
+//! | W4A16 linears (routed experts) | the tuned kdtree-jit variant of the weight's shape ([`select`]) |
+//! | embedding, RMSNorm, rope, casts, residual adds | `#[kernel]`s of kdtree-kernels |
+//! | MLA attention over the cache, tree-masked | kdtree-kernels' `attention_tree` |
+//! | routing and experts | [`moe`] |
+//!
+//! Exact mode (the default) keeps every op batch-invariant: a row's bits never depend on how many
+//! rows run with it, so DDTree's output equals greedy decoding's on this backend too. W4A16 runs one
+//! variant per shape for every M ([`select::Mode::Exact`]), cuBLAS runs fixed 128-row chunks
+//! ([`gemm`]), and the small kernels compute each row on its own.
 
+mod gemm;
+mod kv;
 mod linear;
+mod moe;
+mod ops;
 mod select;
+mod tensor;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::CudaStream;
+use kdtree_jit::kernel::Kernels;
 use kdtree_jit::tune::db::TuningDb;
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::w4a16::W4a16;
 use kdtree_jit::{Cache, Gpu, Target, Variant, compile_all};
 
+pub use kv::CudaKv;
 pub use linear::{CudaLinear, ShapeKernels};
+pub use moe::CudaExperts;
 pub use select::{Choice, Mode, Plan, Source, WeightShape, default_variant, plan};
+pub use tensor::{CudaBatch, CudaTensor};
 
 use crate::error::{EngineError, Result};
-use crate::registry::LinearWeight;
+use crate::mask::TreeMask;
+use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvStore, RopeSpan};
 
 /// What the CUDA backend is opened with.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,15 +56,21 @@ pub struct CudaOptions {
     pub mode: Mode,
 }
 
-/// One GPU with its tuning DB, and the plans of the weight shapes uploaded so far.
+/// One GPU with its kernels, cuBLAS, the tuning DB and the W4A16 plans of the shapes loaded so far.
 pub struct CudaBackend {
     gpu: Gpu,
+    kernels: Arc<Kernels>,
+    blas: CudaBlas,
     env: Environment,
     db: TuningDb,
     mode: Mode,
     /// `None` when the cache directory cannot be opened: kernels then compile every time.
     cache: Option<Cache>,
-    plans: Mutex<BTreeMap<WeightShape, Plan>>,
+    shapes: Mutex<BTreeMap<WeightShape, Arc<ShapeKernels>>>,
+    /// Experts launched by MoE layers since the last [`CudaBackend::take_experts_launched`].
+    experts_launched: AtomicUsize,
+    /// While profiling: microseconds by op class, each op synchronised before and after.
+    profile: Mutex<Option<BTreeMap<&'static str, f64>>>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -52,63 +80,297 @@ impl std::fmt::Debug for CudaBackend {
 }
 
 impl CudaBackend {
-    /// Opens the GPU, loads NVRTC and reads the tuning DB. Without a driver, a GPU or NVRTC this is
-    /// an error saying which (never cudarc's panic).
+    /// Opens the GPU on a stream of its own, loads NVRTC, cuBLAS and every `#[kernel]`, and reads
+    /// the tuning DB. Without a driver, a GPU, NVRTC or cuBLAS this is an error saying which (never
+    /// cudarc's panic).
     pub fn open(options: &CudaOptions) -> Result<CudaBackend> {
-        let gpu = Gpu::open(options.ordinal)?;
+        let mut gpu = Gpu::open(options.ordinal)?;
+        // A stream of its own rather than the legacy default one, which cannot be captured in a graph.
+        gpu.stream = gpu.ctx.new_stream()?;
         let env = Environment::detect(&gpu)?;
         let db = TuningDb::open(&options.tuning_db)?;
         let cache = Cache::open(&Cache::default_dir()).ok();
-        Ok(CudaBackend { gpu, env, db, mode: options.mode, cache, plans: Mutex::default() })
+        if !gemm::cublas_present() {
+            return Err(EngineError::BackendUnavailable {
+                reason: "libcublas was not found on the loader path".into(),
+            });
+        }
+        let blas = CudaBlas::new(gpu.stream.clone())
+            .map_err(|e| EngineError::BackendUnavailable { reason: format!("cuBLAS could not start: {e}") })?;
+        kdtree_kernels::launch::all();
+        let kernels = Arc::new(Kernels::load(&gpu, cache.as_ref())?);
+        Ok(CudaBackend {
+            gpu,
+            kernels,
+            blas,
+            env,
+            db,
+            mode: options.mode,
+            cache,
+            shapes: Mutex::default(),
+            experts_launched: AtomicUsize::new(0),
+            profile: Mutex::default(),
+        })
     }
 
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
     }
 
-    /// The plan of every weight shape uploaded so far, by shape.
-    pub fn plans(&self) -> Vec<(WeightShape, Plan)> {
-        let plans = self.plans.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        plans.iter().map(|(s, p)| (*s, p.clone())).collect()
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.gpu.stream
     }
 
-    /// Replaces every W4A16 weight of `weights` by its GPU copy. All variants the shapes' plans
-    /// need are compiled first, in parallel; a weight is repacked and uploaded once.
-    pub fn upload<'a>(&self, weights: impl IntoIterator<Item = &'a mut LinearWeight>) -> Result<()> {
-        let mut weights: Vec<&mut LinearWeight> =
-            weights.into_iter().filter(|w| matches!(w, LinearWeight::W4a16(_))).collect();
-        let mut plans = BTreeMap::new();
-        for w in &weights {
-            if let LinearWeight::W4a16(q) = &**w {
-                let shape = WeightShape::of(q);
-                plans.entry(shape).or_insert_with(|| plan(&self.db, &self.env, self.gpu.arch, &shape, self.mode));
-            }
+    pub(crate) fn kernels(&self) -> &Kernels {
+        &self.kernels
+    }
+
+    pub(crate) fn blas(&self) -> &CudaBlas {
+        &self.blas
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Waits until the GPU has done everything enqueued.
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(self.stream().synchronize()?)
+    }
+
+    /// The plan of every W4A16 weight shape loaded so far, by shape.
+    pub fn plans(&self) -> Vec<(WeightShape, Plan)> {
+        let shapes = self.shapes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        shapes.iter().map(|(s, k)| (*s, k.plan.clone())).collect()
+    }
+
+    /// How many experts the MoE layers launched since the last call: the distinct experts each
+    /// layer's tokens routed to, summed over layers and forwards.
+    pub fn take_experts_launched(&self) -> usize {
+        self.experts_launched.swap(0, Ordering::Relaxed)
+    }
+
+    /// Starts timing ops by class (each synchronised: slower, for the split of a forward only).
+    pub fn start_profile(&self) {
+        *self.profile.lock().unwrap_or_else(|p| p.into_inner()) = Some(BTreeMap::new());
+    }
+
+    /// Stops profiling; microseconds by op class since [`Self::start_profile`].
+    pub fn take_profile(&self) -> Vec<(String, f64)> {
+        let taken = self.profile.lock().unwrap_or_else(|p| p.into_inner()).take();
+        taken.unwrap_or_default().into_iter().map(|(c, us)| (c.to_owned(), us)).collect()
+    }
+
+    /// Runs `op`, timed under `class` while profiling.
+    fn timed<T>(&self, class: &'static str, op: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.profile.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            return op();
         }
+        self.synchronize()?;
+        let start = std::time::Instant::now();
+        let out = op()?;
+        self.synchronize()?;
+        let us = start.elapsed().as_secs_f64() * 1e6;
+        if let Some(p) = self.profile.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            *p.entry(class).or_default() += us;
+        }
+        Ok(out)
+    }
+
+    fn count_experts(&self, n: usize) {
+        self.experts_launched.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The kernels of `shape`: planned from the tuning DB and compiled (through the cubin cache) the
+    /// first time a weight of that shape is loaded.
+    fn shape_kernels(&self, shape: WeightShape) -> Result<Arc<ShapeKernels>> {
+        let mut shapes = self.shapes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(k) = shapes.get(&shape) {
+            return Ok(k.clone());
+        }
+        let p = plan(&self.db, &self.env, self.gpu.arch, &shape, self.mode);
         // Tuned variants were checked when chosen; this catches a default that cannot run here.
-        let target = Target { arch: self.gpu.arch };
-        for (shape, p) in &plans {
-            if let Err(why) = p.general.variant.check(&target) {
-                return Err(EngineError::NoKernel { shape: shape.to_string(), reason: why.to_string() });
-            }
+        if let Err(why) = p.general.variant.check(&Target { arch: self.gpu.arch }) {
+            return Err(EngineError::NoKernel { shape: shape.to_string(), reason: why.to_string() });
         }
-        let mut variants: Vec<W4a16> = plans.values().flat_map(Plan::variants).collect();
-        variants.sort_by_key(Variant::name);
-        variants.dedup();
+        let variants: Vec<W4a16> = p.variants();
         let mut functions = HashMap::new();
         for (v, compiled) in compile_all(&variants, self.gpu.arch, self.cache.as_ref(), |_| {}) {
             functions.insert(v, self.gpu.load(&compiled?)?);
         }
-        let kernels: HashMap<WeightShape, Arc<ShapeKernels>> = plans
-            .iter()
-            .map(|(s, p)| Ok((*s, Arc::new(ShapeKernels::new(*s, p.clone(), &functions)?))))
-            .collect::<Result<_>>()?;
-        for w in weights.iter_mut() {
-            if let LinearWeight::W4a16(q) = &**w {
-                let on_gpu = CudaLinear::upload(&self.gpu, q, kernels[&WeightShape::of(q)].clone())?;
-                **w = LinearWeight::Cuda(Arc::new(on_gpu));
-            }
+        let k = Arc::new(ShapeKernels::new(shape, p, functions));
+        shapes.insert(shape, k.clone());
+        Ok(k)
+    }
+
+    fn upload_linear(&self, _name: &str, w: HostLinear) -> Result<CudaLinear> {
+        match &w {
+            HostLinear::Dense(d) => CudaLinear::dense(self, d),
+            HostLinear::Int4(q) => CudaLinear::int4(self, q, self.shape_kernels(WeightShape::of(q))?),
         }
-        self.plans.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).extend(plans);
-        Ok(())
+    }
+
+    /// A buffer for a kernel's output, which the kernel writes in full: not zeroed, which would
+    /// cost a memset launch per op.
+    pub(crate) fn output<T: cudarc::driver::DeviceRepr>(&self, len: usize) -> Result<cudarc::driver::CudaSlice<T>> {
+        // SAFETY: the caller passes the buffer to a kernel that writes every element before anything
+        // reads it; device memory holds no Rust invariants.
+        Ok(unsafe { self.stream().alloc::<T>(len.max(1)) }?)
+    }
+
+    fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
+        Ok(CudaTensor { data: self.output::<f32>(rows * cols)?, rows, cols })
+    }
+}
+
+/// Profile classes of the small kernels and of attention (with its cache writes).
+const REST: &str = "rest";
+const ATTENTION: &str = "attention";
+
+fn shape_error(op: &str, reason: String) -> EngineError {
+    EngineError::InvalidArgument(format!("{op}: {reason}"))
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Vector = cudarc::driver::CudaSlice<f32>;
+    type Linear = CudaLinear;
+    type Experts = CudaExperts;
+    type Batch = CudaBatch;
+    type Cache = CudaKv;
+
+    fn describe(&self) -> String {
+        format!("cuda ({}, {})", self.gpu.name, self.gpu.arch)
+    }
+
+    fn vector(&self, v: &[f32]) -> Result<Self::Vector> {
+        Ok(self.stream().clone_htod(v)?)
+    }
+
+    fn linear_weight(&self, name: &str, w: HostLinear) -> Result<CudaLinear> {
+        self.upload_linear(name, w)
+    }
+
+    fn experts(&self, name: &str, e: HostExperts) -> Result<CudaExperts> {
+        CudaExperts::upload(self, name, e)
+    }
+
+    fn new_cache(&self, layers: usize, heads: Heads) -> CudaKv {
+        CudaKv::new(self.kernels.clone(), layers, heads)
+    }
+
+    fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask) -> Result<CudaBatch> {
+        let positions: Vec<u32> = positions
+            .iter()
+            .map(|&p| u32::try_from(p).map_err(|_| shape_error("batch", format!("position {p} is over u32"))))
+            .collect::<Result<_>>()?;
+        let s = self.stream();
+        Ok(CudaBatch {
+            n: tokens.len(),
+            tokens: s.clone_htod(tokens)?,
+            positions: s.clone_htod(&positions)?,
+            mask: s.clone_htod(&tensor::mask_bits(mask))?,
+        })
+    }
+
+    fn embedding(&self, table: &CudaLinear, batch: &CudaBatch) -> Result<CudaTensor> {
+        let CudaLinear::Dense { n, k, dtype, w } = table else {
+            return Err(shape_error("embedding", "the table is INT4; embeddings must be dense".into()));
+        };
+        self.timed(REST, || {
+            let mut out = self.tensor(batch.n, *k)?;
+            ops::embedding(&self.kernels, w, *dtype, *n, *k, &batch.tokens, &mut out.data)?;
+            Ok(out)
+        })
+    }
+
+    fn rmsnorm(&self, x: &CudaTensor, weight: &Self::Vector, eps: f32) -> Result<CudaTensor> {
+        self.timed(REST, || {
+            let mut out = self.tensor(x.rows, x.cols)?;
+            kdtree_kernels::rmsnorm(&self.kernels, &x.data, weight, eps, &mut out.data)?;
+            Ok(out)
+        })
+    }
+
+    fn linear(&self, x: &CudaTensor, w: &CudaLinear) -> Result<CudaTensor> {
+        let class = if matches!(w, CudaLinear::Int4 { .. }) { "W4A16" } else { "bf16 GEMM" };
+        self.timed(class, || linear::forward(self, x, w))
+    }
+
+    fn add_assign(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
+        self.timed(REST, || ops::add_assign(&self.kernels, &mut x.data, &y.data))
+    }
+
+    fn silu_mul(&self, x: &CudaTensor) -> Result<CudaTensor> {
+        if x.cols % 2 != 0 {
+            return Err(shape_error("silu_mul", format!("rows of {} do not split in halves", x.cols)));
+        }
+        self.timed(REST, || {
+            let mut half = self.output::<u16>(x.len() / 2)?;
+            ops::silu_mul_halves_f32_to_bf16(&self.kernels, &x.data, x.rows, x.cols, &mut half)?;
+            let mut out = self.tensor(x.rows, x.cols / 2)?;
+            ops::from_half(&self.kernels, &half, kdtree_quant::Dtype::Bf16, &mut out.data)?;
+            Ok(out)
+        })
+    }
+
+    fn columns(&self, x: &CudaTensor, start: usize, len: usize) -> Result<CudaTensor> {
+        self.timed(REST, || {
+            let mut out = self.tensor(x.rows, len)?;
+            ops::copy_cols(&self.kernels, &x.data, x.rows, x.cols, start, len, &mut out.data)?;
+            Ok(out)
+        })
+    }
+
+    fn rope(
+        &self,
+        x: &mut CudaTensor,
+        span: RopeSpan,
+        cos: &Self::Vector,
+        sin: &Self::Vector,
+        batch: &CudaBatch,
+    ) -> Result<()> {
+        if x.rows != batch.n {
+            return Err(shape_error("rope", format!("{} rows for a batch of {}", x.rows, batch.n)));
+        }
+        self.timed(REST, || ops::rope(&self.kernels, &mut x.data, x.rows, x.cols, span, &batch.positions, cos, sin))
+    }
+
+    fn kv_append(&self, cache: &mut CudaKv, layer: usize, kv: &CudaTensor, k_rope: &CudaTensor) -> Result<()> {
+        let start = cache.len();
+        cache.reserve(start + kv.rows)?;
+        let heads = cache.heads;
+        let capacity = cache.capacity;
+        let (k, v) =
+            cache.layers.get_mut(layer).ok_or_else(|| shape_error("kv_append", format!("no layer {layer}")))?;
+        self.timed(ATTENTION, || {
+            ops::kv_append(&self.kernels, &kv.data, &k_rope.data, kv.rows, heads, start, capacity, k, v)
+        })
+    }
+
+    fn attention(&self, q: &CudaTensor, cache: &CudaKv, layer: usize, batch: &CudaBatch) -> Result<CudaTensor> {
+        let h = cache.heads;
+        let (k, v) = cache.layers.get(layer).ok_or_else(|| shape_error("attention", format!("no layer {layer}")))?;
+        self.timed(ATTENTION, || {
+            let mut out = self.tensor(batch.n, h.heads * h.v)?;
+            ops::attention(&self.kernels, &q.data, k, v, &batch.mask, cache.len(), batch.n, h, &mut out.data)?;
+            Ok(out)
+        })
+    }
+
+    fn moe(&self, x: &CudaTensor, experts: &CudaExperts) -> Result<CudaTensor> {
+        self.timed("MoE (router, W4A16 experts)", || moe::forward(self, x, experts))
+    }
+
+    fn argmax(&self, x: &CudaTensor) -> Result<Vec<u32>> {
+        self.timed(REST, || {
+            let mut out = self.output::<u32>(x.rows)?;
+            kdtree_kernels::argmax(&self.kernels, &x.data, x.cols, &mut out)?;
+            Ok(self.stream().clone_dtoh(&out)?)
+        })
+    }
+
+    fn to_host(&self, x: &CudaTensor) -> Result<Vec<f32>> {
+        Ok(self.stream().clone_dtoh(&x.data)?)
     }
 }

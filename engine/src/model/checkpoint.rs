@@ -9,7 +9,7 @@ use kdtree_quant::{QuantError, SafetensorsFile};
 use safetensors::Dtype as StDtype;
 
 use crate::error::{EngineError, Result};
-use crate::registry::LinearWeight;
+use crate::registry::{DenseValues, DenseWeight, HostLinear};
 
 pub(crate) struct Checkpoint {
     files: Vec<SafetensorsFile>,
@@ -74,6 +74,15 @@ impl Checkpoint {
 
     /// A dense tensor of the given shape, bf16/f16/f32 on disk, converted to f32.
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        Ok(self.values(name, shape)?.widen(0..shape.iter().product()))
+    }
+
+    /// A dense `[n, k]` weight, kept in its dtype on disk.
+    pub fn dense(&self, name: &str, n: usize, k: usize) -> Result<DenseWeight> {
+        DenseWeight::new(n, k, self.values(name, &[n, k])?)
+    }
+
+    fn values(&self, name: &str, shape: &[usize]) -> Result<DenseValues> {
         let file = self.file(name)?;
         let path = file.path().display().to_string();
         let t = file.tensor(name).map_err(|e| shard_error(e, file.path()))?;
@@ -86,10 +95,14 @@ impl Checkpoint {
             });
         }
         let data = t.data();
-        Ok(match t.dtype() {
-            StDtype::BF16 => data.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            StDtype::F16 => data.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            StDtype::F32 => data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+        let values = match t.dtype() {
+            StDtype::BF16 => {
+                DenseValues::Bf16(data.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]])).collect())
+            }
+            StDtype::F16 => DenseValues::F16(data.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]])).collect()),
+            StDtype::F32 => {
+                DenseValues::F32(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+            }
             other => {
                 return Err(EngineError::UnsupportedDtype {
                     file: path,
@@ -97,13 +110,23 @@ impl Checkpoint {
                     dtype: format!("{other:?}"),
                 });
             }
-        })
+        };
+        self.release(name);
+        Ok(values)
+    }
+
+    /// Drops the mapped pages of tensor `name` once it has been copied out (see
+    /// [`SafetensorsFile::release`]): loading then holds about one tensor of the map at a time.
+    fn release(&self, name: &str) {
+        if let Ok(file) = self.file(name) {
+            file.release(name);
+        }
     }
 
     /// The `[n, k]` linear layer `module`: INT4 when the checkpoint holds `module.weight_packed`,
     /// dense when it holds `module.weight`. `group_size` is the config's for a module it says is
     /// quantized (`None`: dense); the checkpoint must agree.
-    pub fn linear(&self, module: &str, n: usize, k: usize, group_size: Option<usize>) -> Result<LinearWeight> {
+    pub fn linear(&self, module: &str, n: usize, k: usize, group_size: Option<usize>) -> Result<HostLinear> {
         let packed = format!("{module}.weight_packed");
         let dense = format!("{module}.weight");
         let mismatch = |tensor: String, stored, expected| {
@@ -112,17 +135,20 @@ impl Checkpoint {
         };
         match (self.contains(&packed), group_size) {
             (true, Some(g)) => {
+                // The three tensors may sit in different shards: each is found through the index.
+                let tensor = |name: &str| {
+                    let file = self.file(name).map_err(|_| kdtree_quant::QuantError::MissingTensor {
+                        tensor: name.into(),
+                        file: self.file_list(),
+                    })?;
+                    file.tensor(name)
+                };
                 let file = self.file(&packed)?;
-                // kdtree-quant reads the three tensors of a weight from one file.
-                for part in ["weight_scale", "weight_shape"].map(|p| format!("{module}.{p}")) {
-                    if self.contains(&part) && !std::ptr::eq(self.file(&part)?, file) {
-                        return Err(EngineError::SplitQuantizedWeight {
-                            file: file.path().display().to_string(),
-                            tensor: part,
-                        });
-                    }
+                let q =
+                    kdtree_quant::read_quantized(module, Some(g), tensor).map_err(|e| shard_error(e, file.path()))?;
+                for part in ["weight_packed", "weight_scale", "weight_shape"] {
+                    self.release(&format!("{module}.{part}"));
                 }
-                let q = file.quantized_weight(module, Some(g)).map_err(|e| shard_error(e, file.path()))?;
                 if (q.n, q.k) != (n, k) {
                     return Err(EngineError::ShapeMismatch {
                         file: file.path().display().to_string(),
@@ -131,12 +157,12 @@ impl Checkpoint {
                         actual: vec![q.n, q.k],
                     });
                 }
-                Ok(LinearWeight::W4a16(q))
+                Ok(HostLinear::Int4(q))
             }
             (true, None) => Err(mismatch(packed, "INT4", "dense")),
             (false, Some(_)) if self.contains(&dense) => Err(mismatch(dense, "dense", "INT4")),
             (false, Some(_)) => Err(EngineError::MissingTensor { tensor: packed, file: self.file_list() }),
-            (false, None) => Ok(LinearWeight::Dense { n, k, w: self.tensor(&dense, &[n, k])? }),
+            (false, None) => Ok(HostLinear::Dense(self.dense(&dense, n, k)?)),
         }
     }
 }

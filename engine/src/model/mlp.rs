@@ -1,39 +1,49 @@
 //! The gated feed-forward `down(silu(gate(x)) * up(x))`: dense layers, routed and shared experts.
+//! Gate and up are one weight (`[gate; up]`), so both come out of one GEMM.
 
+use super::WeightBytes;
 use super::checkpoint::Checkpoint;
 use super::config::Config;
 use crate::error::Result;
-use crate::registry::{LinearWeight, OpRegistry};
+use crate::registry::{Backend, HostLinear};
 
-#[derive(Clone, Debug)]
-pub(crate) struct Mlp {
-    gate: LinearWeight,
-    up: LinearWeight,
-    down: LinearWeight,
+pub(crate) struct Mlp<B: Backend> {
+    gate_up: B::Linear,
+    down: B::Linear,
 }
 
-impl Mlp {
-    /// `{prefix}.{gate,up,down}_proj` with `inter` intermediate features; INT4 where the config says.
-    pub fn load(ckpt: &Checkpoint, c: &Config, prefix: &str, inter: usize) -> Result<Self> {
-        let linear = |name: &str, n, k| {
-            let module = format!("{prefix}.{name}");
-            ckpt.linear(&module, n, k, c.quant_group(&module))
-        };
-        let h = c.hidden_size;
+/// `{prefix}.{gate,up,down}_proj` with `inter` intermediate features, INT4 where the config says:
+/// gate and up stacked, and down.
+pub(crate) fn load_host(ckpt: &Checkpoint, c: &Config, prefix: &str, inter: usize) -> Result<(HostLinear, HostLinear)> {
+    let linear = |name: &str, n, k| {
+        let module = format!("{prefix}.{name}");
+        ckpt.linear(&module, n, k, c.quant_group(&module))
+    };
+    let h = c.hidden_size;
+    let gate_up = HostLinear::stack(linear("gate_proj", inter, h)?, linear("up_proj", inter, h)?)?;
+    Ok((gate_up, linear("down_proj", h, inter)?))
+}
+
+impl<B: Backend> Mlp<B> {
+    pub fn load(
+        ckpt: &Checkpoint,
+        c: &Config,
+        b: &B,
+        prefix: &str,
+        inter: usize,
+        bytes: &mut WeightBytes,
+    ) -> Result<Self> {
+        let (gate_up, down) = load_host(ckpt, c, prefix, inter)?;
+        bytes.dense(&gate_up);
+        bytes.dense(&down);
         Ok(Self {
-            gate: linear("gate_proj", inter, h)?,
-            up: linear("up_proj", inter, h)?,
-            down: linear("down_proj", h, inter)?,
+            gate_up: b.linear_weight(&format!("{prefix}.gate_up_proj"), gate_up)?,
+            down: b.linear_weight(&format!("{prefix}.down_proj"), down)?,
         })
     }
 
-    pub fn linears_mut(&mut self) -> [&mut LinearWeight; 3] {
-        [&mut self.gate, &mut self.up, &mut self.down]
-    }
-
-    /// `m` rows of `x` in, `m` rows out.
-    pub fn forward(&self, ops: &OpRegistry, x: &[f32], m: usize) -> Result<Vec<f32>> {
-        let act = ops.silu_mul(&ops.linear(x, m, &self.gate)?, &ops.linear(x, m, &self.up)?);
-        ops.linear(&act, m, &self.down)
+    /// `m` rows in, `m` rows out.
+    pub fn forward(&self, b: &B, x: &B::Tensor) -> Result<B::Tensor> {
+        b.linear(&b.silu_mul(&b.linear(x, &self.gate_up)?)?, &self.down)
     }
 }

@@ -11,9 +11,11 @@
 //! | KV cache, tree masks, compaction | one-token forwards, bitwise (`model.rs`) |
 //!
 //! Not supported yet: FP8 (block-quantized) checkpoints such as DeepSeek-V3's own release, softmax
-//! scoring and the older `greedy`/`group_limited_greedy` routers, rope scaling other than YaRN,
-//! INT4 weights whose three tensors sit in different shards, and memory-mapped loading (every
-//! shard is read into memory and dense weights are widened to f32).
+//! scoring and the older `greedy`/`group_limited_greedy` routers, rope scaling other than YaRN.
+//!
+//! Loading maps the shards and hands each weight to the backend as it is read (bf16 weights stay
+//! bf16; an INT4 weight's three tensors may sit in different shards), dropping the mapped pages of
+//! every tensor once copied, so the host holds about one weight at a time beyond the backend's copy.
 
 mod attention;
 mod cache;
@@ -26,134 +28,209 @@ mod quant_config;
 mod rotary;
 
 use std::path::Path;
+use std::sync::Arc;
 
 pub use cache::KvCache;
+pub(crate) use cache::check_compact;
 pub use config::{Config, Yarn};
 pub use moe::{Routing, route};
 pub use quant_config::QuantConfig;
 pub use rotary::{softmax_scale, yarn_mscale};
 
-use attention::{Attention, AttnCtx};
+use attention::Attention;
 use checkpoint::Checkpoint;
 use mlp::Mlp;
 use moe::Moe;
 
+use crate::cpu::CpuBackend;
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::ops::cpu::RopeTable;
-use crate::registry::{Backend, LinearWeight, OpRegistry};
+use crate::registry::{Backend, Heads, HostLinear, KvStore, Rope};
 
-#[derive(Clone, Debug)]
-enum FeedForward {
-    Dense(Mlp),
-    Moe(Moe),
+enum FeedForward<B: Backend> {
+    Dense(Mlp<B>),
+    Moe(Moe<B>),
 }
 
-#[derive(Clone, Debug)]
-struct Layer {
-    input_norm: Vec<f32>,
-    attn: Attention,
-    post_norm: Vec<f32>,
-    ffn: FeedForward,
+struct Layer<B: Backend> {
+    input_norm: B::Vector,
+    attn: Attention<B>,
+    post_norm: B::Vector,
+    ffn: FeedForward<B>,
 }
 
-/// A loaded model: weights in f32 (dense) or INT4, and the ops it runs through.
-#[derive(Clone, Debug)]
-pub struct Model {
+/// The bytes of a model's weights, by what reads them: every forward reads `dense` (attention,
+/// dense MLPs, shared experts, routers, norms, the LM head); a routed expert's `expert` bytes are read
+/// once per forward in each MoE layer where some token routes to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WeightBytes {
+    pub dense: usize,
+    pub lm_head: usize,
+    /// One routed expert's weights (gate, up and down).
+    pub expert: usize,
+    pub moe_layers: usize,
+    pub experts_per_layer: usize,
+    /// Of all the above, the INT4 weights' bytes.
+    pub int4: usize,
+}
+
+/// A loaded model on backend `B`: its weights, and the ops they run through.
+pub struct Model<B: Backend = CpuBackend> {
     pub config: Config,
-    ops: OpRegistry,
-    embed: Vec<f32>,
-    layers: Vec<Layer>,
-    norm: Vec<f32>,
-    lm_head: LinearWeight,
-    rope: RopeTable,
-    scale: f32,
+    backend: Arc<B>,
+    embed: B::Linear,
+    layers: Vec<Layer<B>>,
+    norm: B::Vector,
+    /// `None` when the LM head is the embedding table (`tie_word_embeddings`).
+    lm_head: Option<B::Linear>,
+    rope: Rope<B>,
+    heads: Heads,
+    bytes: WeightBytes,
 }
 
-impl Model {
+impl<B: Backend> std::fmt::Debug for Model<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("backend", &self.backend.describe()).field("config", &self.config).finish()
+    }
+}
+
+impl Model<CpuBackend> {
     /// Loads `dir` onto the CPU backend.
-    pub fn load(dir: &Path) -> Result<Model> {
-        Self::load_with(dir, OpRegistry::default())
+    pub fn load(dir: &Path) -> Result<Model<CpuBackend>> {
+        Model::load_on(dir, Arc::new(CpuBackend))
+    }
+}
+
+impl WeightBytes {
+    /// Counts `w` as read by every forward.
+    fn dense(&mut self, w: &HostLinear) {
+        self.dense += w.bytes();
+        self.int4_part(w);
     }
 
-    /// Loads `dir`; the model's ops run through `ops`. On the CUDA backend the W4A16 weights are
-    /// then uploaded with the kernels their shapes' plans name (see [`crate::cuda`]).
-    pub fn load_with(dir: &Path, ops: OpRegistry) -> Result<Model> {
+    /// Counts `w` as (part of) a routed expert.
+    fn expert(&mut self, w: &HostLinear) {
+        self.expert += w.bytes();
+        self.int4_part(w);
+    }
+
+    fn int4_part(&mut self, w: &HostLinear) {
+        if let HostLinear::Int4(_) = w {
+            self.int4 += w.bytes();
+        }
+    }
+}
+
+impl<B: Backend> Model<B> {
+    /// Loads `dir`; each weight goes to `backend` as it is read, so the host holds at most one
+    /// weight beyond the backend's copy.
+    pub fn load_on(dir: &Path, backend: Arc<B>) -> Result<Model<B>> {
         let config = Config::load(&dir.join("config.json"))?;
         let ckpt = Checkpoint::open(dir)?;
-        let c = &config;
+        let (c, b) = (&config, &*backend);
         let (h, v) = (c.hidden_size, c.vocab_size);
-        let embed = ckpt.tensor("model.embed_tokens.weight", &[v, h])?;
-        let layers = (0..c.num_hidden_layers)
-            .map(|i| {
-                let p = format!("model.layers.{i}");
-                let ffn = if c.is_moe_layer(i) {
-                    FeedForward::Moe(Moe::load(&ckpt, c, &format!("{p}.mlp"))?)
-                } else {
-                    FeedForward::Dense(Mlp::load(&ckpt, c, &format!("{p}.mlp"), c.intermediate_size)?)
-                };
-                Ok(Layer {
-                    input_norm: ckpt.tensor(&format!("{p}.input_layernorm.weight"), &[h])?,
-                    attn: Attention::load(&ckpt, c, &format!("{p}.self_attn"))?,
-                    post_norm: ckpt.tensor(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                    ffn,
-                })
-            })
-            .collect::<Result<_>>()?;
+        let mut bytes = WeightBytes::default();
+        let vector = |name: &str, len: usize| b.vector(&ckpt.tensor(name, &[len])?);
+        let embed =
+            b.linear_weight("model.embed_tokens", HostLinear::Dense(ckpt.dense("model.embed_tokens.weight", v, h)?))?;
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for i in 0..c.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            let attn = Attention::load(&ckpt, c, b, &format!("{p}.self_attn"), &mut bytes)?;
+            let ffn = if c.is_moe_layer(i) {
+                let moe = Moe::load(&ckpt, c, b, &format!("{p}.mlp"), &mut bytes)?;
+                bytes.moe_layers += 1;
+                FeedForward::Moe(moe)
+            } else {
+                FeedForward::Dense(Mlp::load(&ckpt, c, b, &format!("{p}.mlp"), c.intermediate_size, &mut bytes)?)
+            };
+            bytes.dense += 8 * h;
+            layers.push(Layer {
+                input_norm: vector(&format!("{p}.input_layernorm.weight"), h)?,
+                attn,
+                post_norm: vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+                ffn,
+            });
+        }
+        bytes.experts_per_layer = if bytes.moe_layers > 0 { c.n_routed_experts } else { 0 };
+        bytes.expert = bytes.expert.checked_div(bytes.moe_layers * c.n_routed_experts).unwrap_or(0);
         let lm_head = if c.tie_word_embeddings && !ckpt.contains("lm_head.weight") {
-            LinearWeight::Dense { n: v, k: h, w: embed.clone() }
+            bytes.lm_head = 2 * v * h;
+            None
         } else {
-            ckpt.linear("lm_head", v, h, c.quant_group("lm_head"))?
+            let w = ckpt.linear("lm_head", v, h, c.quant_group("lm_head"))?;
+            bytes.lm_head = w.bytes();
+            bytes.int4_part(&w);
+            Some(b.linear_weight("lm_head", w)?)
         };
-        let mut model = Model {
-            norm: ckpt.tensor("model.norm.weight", &[h])?,
-            rope: rotary::rope_table(c),
+        let heads = Heads {
+            heads: c.num_attention_heads,
+            nope: c.qk_nope_head_dim,
+            rope: c.qk_rope_head_dim,
+            v: c.v_head_dim,
             scale: rotary::softmax_scale(c),
+        };
+        Ok(Model {
+            norm: vector("model.norm.weight", h)?,
+            rope: Rope::new(b, &rotary::rope_table(c))?,
+            heads,
             embed,
             layers,
             lm_head,
-            ops,
+            bytes,
             config,
-        };
-        if let Backend::Cuda(cuda) = model.ops.backend().clone() {
-            cuda.upload(model.linears_mut())?;
-        }
-        Ok(model)
+            backend,
+        })
     }
 
-    /// Every linear weight of the model.
-    fn linears_mut(&mut self) -> impl Iterator<Item = &mut LinearWeight> {
-        let layers = self.layers.iter_mut().flat_map(|layer| {
-            let ffn: Box<dyn Iterator<Item = &mut LinearWeight>> = match &mut layer.ffn {
-                FeedForward::Dense(mlp) => Box::new(mlp.linears_mut().into_iter()),
-                FeedForward::Moe(moe) => Box::new(moe.linears_mut()),
-            };
-            layer.attn.linears_mut().into_iter().chain(ffn)
-        });
-        layers.chain(std::iter::once(&mut self.lm_head))
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
     }
 
-    pub fn ops(&self) -> &OpRegistry {
-        &self.ops
+    /// What the weights weigh, by who reads them.
+    pub fn weight_bytes(&self) -> WeightBytes {
+        self.bytes
     }
 
     /// An empty cache for this model.
-    pub fn new_cache(&self) -> KvCache {
-        let c = &self.config;
-        let heads = c.num_attention_heads;
-        KvCache::new(c.num_hidden_layers, heads * c.qk_head_dim(), heads * c.v_head_dim)
+    pub fn new_cache(&self) -> B::Cache {
+        self.backend.new_cache(self.config.num_hidden_layers, self.heads)
     }
 
     /// Runs `tokens` at position ids `positions`, attending to everything in `cache` plus the new
     /// tokens `mask` allows (`None` = causal). Appends all new K/V to the cache (nothing on error).
-    /// Returns logits `[tokens.len(), vocab]`, f32.
+    /// Returns logits `[tokens.len(), vocab]`, f32, on the host.
     pub fn forward(
         &self,
-        cache: &mut KvCache,
+        cache: &mut B::Cache,
         tokens: &[u32],
         positions: &[usize],
         mask: Option<&TreeMask>,
     ) -> Result<Vec<f32>> {
+        let logits = self.forward_on(cache, tokens, positions, mask)?;
+        self.backend.to_host(&logits)
+    }
+
+    /// [`Self::forward`], but only each row's argmax (ties to the lowest index) leaves the backend.
+    pub fn forward_argmax(
+        &self,
+        cache: &mut B::Cache,
+        tokens: &[u32],
+        positions: &[usize],
+        mask: Option<&TreeMask>,
+    ) -> Result<Vec<u32>> {
+        let logits = self.forward_on(cache, tokens, positions, mask)?;
+        self.backend.argmax(&logits)
+    }
+
+    /// [`Self::forward`] with the logits left on the backend.
+    pub fn forward_on(
+        &self,
+        cache: &mut B::Cache,
+        tokens: &[u32],
+        positions: &[usize],
+        mask: Option<&TreeMask>,
+    ) -> Result<B::Tensor> {
         let n = tokens.len();
         let causal;
         let mask = match mask {
@@ -163,16 +240,20 @@ impl Model {
                 &causal
             }
         };
-        if positions.len() != n || mask.len() != n {
+        if n == 0 || positions.len() != n || mask.len() != n {
             return Err(EngineError::InvalidArgument(format!(
                 "forward: {n} tokens, {} positions, a mask of {}",
                 positions.len(),
                 mask.len()
             )));
         }
-        let max = self.rope.max_positions();
+        let max = self.rope.max_positions;
         if let Some(&position) = positions.iter().find(|&&p| p >= max) {
             return Err(EngineError::PositionOutOfRange { position, max });
+        }
+        let vocab = self.config.vocab_size;
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::TokenOutOfRange { id, vocab });
         }
         let result = self.run(cache, tokens, positions, mask);
         match &result {
@@ -182,25 +263,22 @@ impl Model {
         result
     }
 
-    fn run(&self, cache: &mut KvCache, tokens: &[u32], positions: &[usize], mask: &TreeMask) -> Result<Vec<f32>> {
-        let (c, ops, n) = (&self.config, &self.ops, tokens.len());
-        let cx = AttnCtx { config: c, ops, rope: &self.rope, scale: self.scale, positions, mask };
-        let mut x = ops.embedding(&self.embed, c.hidden_size, tokens)?;
+    fn run(&self, cache: &mut B::Cache, tokens: &[u32], positions: &[usize], mask: &TreeMask) -> Result<B::Tensor> {
+        let (c, b) = (&self.config, &*self.backend);
+        let batch = b.batch(tokens, positions, mask)?;
+        let mut x = b.embedding(&self.embed, &batch)?;
         for (i, layer) in self.layers.iter().enumerate() {
-            let attn = layer.attn.forward(&ops.rmsnorm(&x, &layer.input_norm, c.rms_norm_eps), i, cache, &cx)?;
-            add(&mut x, &attn);
-            let normed = ops.rmsnorm(&x, &layer.post_norm, c.rms_norm_eps);
+            let normed = b.rmsnorm(&x, &layer.input_norm, c.rms_norm_eps)?;
+            let attn = layer.attn.forward(b, c, &self.rope, &normed, i, cache, &batch)?;
+            b.add_assign(&mut x, &attn)?;
+            let normed = b.rmsnorm(&x, &layer.post_norm, c.rms_norm_eps)?;
             let ffn = match &layer.ffn {
-                FeedForward::Dense(mlp) => mlp.forward(ops, &normed, n)?,
-                FeedForward::Moe(moe) => moe.forward(ops, &normed, n)?,
+                FeedForward::Dense(mlp) => mlp.forward(b, &normed)?,
+                FeedForward::Moe(moe) => moe.forward(b, &normed)?,
             };
-            add(&mut x, &ffn);
+            b.add_assign(&mut x, &ffn)?;
         }
-        ops.linear(&ops.rmsnorm(&x, &self.norm, c.rms_norm_eps), n, &self.lm_head)
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        b.linear(&b.rmsnorm(&x, &self.norm, c.rms_norm_eps)?, head)
     }
-}
-
-/// The residual add `x += y`.
-fn add(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
 }

@@ -1,10 +1,11 @@
 //! DeepSeek-V3's mixture of experts (`DeepseekV3MoE` with the `noaux_tc` router) and its routing.
 
+use super::WeightBytes;
 use super::checkpoint::Checkpoint;
 use super::config::Config;
-use super::mlp::Mlp;
+use super::mlp::{Mlp, load_host};
 use crate::error::Result;
-use crate::registry::{LinearWeight, OpRegistry};
+use crate::registry::{Backend, HostExperts};
 
 /// The router's settings, from the config.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,75 +70,40 @@ fn top_indices(values: &[f32], k: usize) -> Vec<usize> {
     idx
 }
 
-#[derive(Clone, Debug)]
-pub(crate) struct Moe {
-    routing: Routing,
-    /// `mlp.gate.weight`, `[n_experts, hidden]`, applied in f32 like the reference router.
-    router: LinearWeight,
-    bias: Vec<f32>,
-    experts: Vec<Mlp>,
-    shared: Option<Mlp>,
+pub(crate) struct Moe<B: Backend> {
+    experts: B::Experts,
+    shared: Option<Mlp<B>>,
 }
 
-impl Moe {
-    pub fn load(ckpt: &Checkpoint, c: &Config, prefix: &str) -> Result<Self> {
+impl<B: Backend> Moe<B> {
+    pub fn load(ckpt: &Checkpoint, c: &Config, b: &B, prefix: &str, bytes: &mut WeightBytes) -> Result<Self> {
         let (e, h) = (c.n_routed_experts, c.hidden_size);
-        let router = LinearWeight::Dense { n: e, k: h, w: ckpt.tensor(&format!("{prefix}.gate.weight"), &[e, h])? };
+        let router = ckpt.tensor(&format!("{prefix}.gate.weight"), &[e, h])?;
+        bytes.dense += 4 * router.len();
         let bias = ckpt.tensor(&format!("{prefix}.gate.e_score_correction_bias"), &[e])?;
         let experts = (0..e)
-            .map(|i| Mlp::load(ckpt, c, &format!("{prefix}.experts.{i}"), c.moe_intermediate_size))
+            .map(|i| {
+                let (gate_up, down) = load_host(ckpt, c, &format!("{prefix}.experts.{i}"), c.moe_intermediate_size)?;
+                bytes.expert(&gate_up);
+                bytes.expert(&down);
+                Ok((gate_up, down))
+            })
             .collect::<Result<_>>()?;
+        let host = HostExperts { routing: Routing::from_config(c), router, bias, experts };
         let shared_inter = c.moe_intermediate_size * c.n_shared_experts;
         let shared = (c.n_shared_experts > 0)
-            .then(|| Mlp::load(ckpt, c, &format!("{prefix}.shared_experts"), shared_inter))
+            .then(|| Mlp::load(ckpt, c, b, &format!("{prefix}.shared_experts"), shared_inter, bytes))
             .transpose()?;
-        Ok(Self { routing: Routing::from_config(c), router, bias, experts, shared })
+        Ok(Self { experts: b.experts(prefix, host)?, shared })
     }
 
-    pub fn linears_mut(&mut self) -> impl Iterator<Item = &mut LinearWeight> {
-        let mlps = self.experts.iter_mut().chain(self.shared.as_mut());
-        std::iter::once(&mut self.router).chain(mlps.flat_map(Mlp::linears_mut))
-    }
-
-    /// `m` rows of `x` in, `m` rows out: the weighted routed experts (added in ascending expert
-    /// index) plus the shared experts. Each expert runs on the rows routed to it; every op is
-    /// row-independent, so a row's result does not depend on which other rows came along.
-    pub fn forward(&self, ops: &OpRegistry, x: &[f32], m: usize) -> Result<Vec<f32>> {
-        let h = x.len() / m.max(1);
-        let logits = ops.linear(x, m, &self.router)?;
-        let routes: Vec<Vec<(usize, f32)>> =
-            logits.chunks_exact(self.routing.n_experts).map(|l| route(l, &self.bias, &self.routing)).collect();
-        let k = self.routing.top_k;
-        // Expert outputs by (row, slot), slot = rank of the expert among the row's choices.
-        let mut outs = vec![0f32; m * k * h];
-        for (e, expert) in self.experts.iter().enumerate() {
-            let users: Vec<(usize, usize)> = routes
-                .iter()
-                .enumerate()
-                .filter_map(|(row, r)| r.iter().position(|&(x, _)| x == e).map(|slot| (row, slot)))
-                .collect();
-            if users.is_empty() {
-                continue;
-            }
-            let xs: Vec<f32> = users.iter().flat_map(|&(row, _)| x[row * h..(row + 1) * h].to_vec()).collect();
-            let ys = expert.forward(ops, &xs, users.len())?;
-            for (&(row, slot), y) in users.iter().zip(ys.chunks_exact(h)) {
-                outs[(row * k + slot) * h..][..h].copy_from_slice(y);
-            }
-        }
-        let mut y = vec![0f32; m * h];
-        for (row, r) in routes.iter().enumerate() {
-            let acc = &mut y[row * h..(row + 1) * h];
-            for (slot, &(_, w)) in r.iter().enumerate() {
-                for (a, &o) in acc.iter_mut().zip(&outs[(row * k + slot) * h..][..h]) {
-                    *a += o * w;
-                }
-            }
-        }
+    /// `m` rows in, `m` rows out: the weighted routed experts (added in ascending expert index) plus
+    /// the shared experts. Every op is row-independent, so a row's result does not depend on which
+    /// other rows came along.
+    pub fn forward(&self, b: &B, x: &B::Tensor) -> Result<B::Tensor> {
+        let mut y = b.moe(x, &self.experts)?;
         if let Some(shared) = &self.shared {
-            for (a, s) in y.iter_mut().zip(shared.forward(ops, x, m)?) {
-                *a += s;
-            }
+            b.add_assign(&mut y, &shared.forward(b, x)?)?;
         }
         Ok(y)
     }

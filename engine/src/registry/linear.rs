@@ -1,57 +1,189 @@
-//! A linear layer's weight as the checkpoint stores it, or as a backend holds it.
+//! A linear layer's weight as the checkpoint stores it, before a backend takes it.
 
-use std::sync::Arc;
+use half::{bf16, f16};
+use kdtree_quant::{QuantizedWeight, Scales};
 
-use kdtree_quant::QuantizedWeight;
+use crate::error::{EngineError, Result};
 
-use crate::cuda::CudaLinear;
-
-/// `y = x · Wᵀ` with W `[n, k]`: dense (bf16/f16/f32 on disk, f32 in memory), W4A16 on the host, or
-/// W4A16 uploaded to the GPU by the CUDA backend at load.
+/// A dense `[n, k]` weight in its on-disk dtype: bf16 and f16 weights stay 16-bit in memory and are
+/// widened to f32 (exactly) only where a row is used.
 #[derive(Clone, Debug, PartialEq)]
-pub enum LinearWeight {
-    Dense { n: usize, k: usize, w: Vec<f32> },
-    W4a16(QuantizedWeight),
-    Cuda(Arc<CudaLinear>),
+pub struct DenseWeight {
+    pub n: usize,
+    pub k: usize,
+    pub values: DenseValues,
 }
 
-impl LinearWeight {
-    /// The INT4 weight on the host, for W4A16 weights wherever they live.
-    pub fn int4(&self) -> Option<&QuantizedWeight> {
+#[derive(Clone, Debug, PartialEq)]
+pub enum DenseValues {
+    F32(Vec<f32>),
+    Bf16(Vec<bf16>),
+    F16(Vec<f16>),
+}
+
+impl DenseValues {
+    pub fn len(&self) -> usize {
         match self {
-            LinearWeight::Dense { .. } => None,
-            LinearWeight::W4a16(q) => Some(q),
-            LinearWeight::Cuda(d) => Some(&d.host),
+            DenseValues::F32(v) => v.len(),
+            DenseValues::Bf16(v) => v.len(),
+            DenseValues::F16(v) => v.len(),
         }
     }
 
-    /// Output features.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Values `range` widened to f32 (exact for every dtype).
+    pub fn widen(&self, range: std::ops::Range<usize>) -> Vec<f32> {
+        match self {
+            DenseValues::F32(v) => v[range].to_vec(),
+            DenseValues::Bf16(v) => v[range].iter().map(|x| x.to_f32()).collect(),
+            DenseValues::F16(v) => v[range].iter().map(|x| x.to_f32()).collect(),
+        }
+    }
+}
+
+impl DenseWeight {
+    /// `values` must hold `n * k` values.
+    pub fn new(n: usize, k: usize, values: DenseValues) -> Result<Self> {
+        if values.len() != n * k {
+            return Err(EngineError::InvalidArgument(format!(
+                "a dense [{n}, {k}] weight needs {} values, got {}",
+                n * k,
+                values.len()
+            )));
+        }
+        Ok(Self { n, k, values })
+    }
+
+    /// Row `i`, widened to f32.
+    pub fn row(&self, i: usize) -> Vec<f32> {
+        self.values.widen(i * self.k..(i + 1) * self.k)
+    }
+
+    /// Every value, widened to f32.
+    pub fn to_f32(&self) -> Vec<f32> {
+        self.values.widen(0..self.values.len())
+    }
+
+    /// The bytes a forward reads to apply it.
+    pub fn bytes(&self) -> usize {
+        match self.values {
+            DenseValues::F32(_) => 4 * self.values.len(),
+            DenseValues::Bf16(_) | DenseValues::F16(_) => 2 * self.values.len(),
+        }
+    }
+}
+
+/// `y = x · Wᵀ` with W `[n, k]`: dense, or INT4 (W4A16).
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostLinear {
+    Dense(DenseWeight),
+    Int4(QuantizedWeight),
+}
+
+impl HostLinear {
     pub fn n(&self) -> usize {
         match self {
-            LinearWeight::Dense { n, .. } => *n,
-            LinearWeight::W4a16(q) => q.n,
-            LinearWeight::Cuda(d) => d.host.n,
+            HostLinear::Dense(d) => d.n,
+            HostLinear::Int4(q) => q.n,
         }
     }
 
-    /// Input features.
     pub fn k(&self) -> usize {
         match self {
-            LinearWeight::Dense { k, .. } => *k,
-            LinearWeight::W4a16(q) => q.k,
-            LinearWeight::Cuda(d) => d.host.k,
+            HostLinear::Dense(d) => d.k,
+            HostLinear::Int4(q) => q.k,
         }
-    }
-
-    pub fn is_quantized(&self) -> bool {
-        self.int4().is_some()
     }
 
     /// The dense f32 equivalent (INT4 weights dequantized): what tests compare against.
-    pub fn dequantized(&self) -> LinearWeight {
-        match self.int4() {
-            None => self.clone(),
-            Some(q) => LinearWeight::Dense { n: q.n, k: q.k, w: q.dequantize() },
+    pub fn dequantized(&self) -> DenseWeight {
+        match self {
+            HostLinear::Dense(d) => DenseWeight { n: d.n, k: d.k, values: DenseValues::F32(d.to_f32()) },
+            HostLinear::Int4(q) => DenseWeight { n: q.n, k: q.k, values: DenseValues::F32(q.dequantize()) },
         }
+    }
+
+    /// The bytes a forward reads to apply it (INT4: packed words and scales).
+    pub fn bytes(&self) -> usize {
+        match self {
+            HostLinear::Dense(d) => d.bytes(),
+            HostLinear::Int4(q) => 4 * q.packed.len() + 2 * q.scales.len(),
+        }
+    }
+
+    /// `[a; b]`: the rows of `b` after those of `a`, in one weight (gate and up as one GEMM). Every
+    /// output is computed from its own row, so the fused weight's outputs equal the two apart.
+    pub fn stack(a: HostLinear, b: HostLinear) -> Result<HostLinear> {
+        let mismatch = |what: &str| {
+            EngineError::InvalidArgument(format!(
+                "cannot stack a [{}, {}] and a [{}, {}] weight: {what} differ",
+                a.n(),
+                a.k(),
+                b.n(),
+                b.k()
+            ))
+        };
+        if a.k() != b.k() {
+            return Err(mismatch("K"));
+        }
+        match (&a, &b) {
+            (HostLinear::Dense(x), HostLinear::Dense(y)) => {
+                let values = match (&x.values, &y.values) {
+                    (DenseValues::F32(p), DenseValues::F32(q)) => DenseValues::F32([&p[..], q].concat()),
+                    (DenseValues::Bf16(p), DenseValues::Bf16(q)) => DenseValues::Bf16([&p[..], q].concat()),
+                    (DenseValues::F16(p), DenseValues::F16(q)) => DenseValues::F16([&p[..], q].concat()),
+                    _ => return Err(mismatch("dtypes")),
+                };
+                Ok(HostLinear::Dense(DenseWeight { n: x.n + y.n, k: x.k, values }))
+            }
+            (HostLinear::Int4(x), HostLinear::Int4(y)) => {
+                if x.group_size != y.group_size || x.scales.dtype != y.scales.dtype {
+                    return Err(mismatch("group sizes or scale dtypes"));
+                }
+                let scales = Scales { dtype: x.scales.dtype, bits: [&x.scales.bits[..], &y.scales.bits].concat() };
+                let packed = [&x.packed[..], &y.packed].concat();
+                let q = QuantizedWeight::from_parts("stacked", x.n + y.n, x.k, x.group_size, packed, scales)
+                    .map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
+                Ok(HostLinear::Int4(q))
+            }
+            _ => Err(mismatch("formats (dense and INT4)")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kdtree_quant::Dtype;
+
+    fn values(len: usize, seed: usize) -> Vec<f32> {
+        (0..len).map(|i| (((i + seed) * 7919) % 211) as f32 / 50.0 - 2.0).collect()
+    }
+
+    #[test]
+    fn stacking_puts_the_second_weights_rows_after_the_first() {
+        let (a, b) = (values(3 * 32, 1), values(2 * 32, 2));
+        let qa = QuantizedWeight::quantize(&a, 3, 32, 32, Dtype::Bf16).unwrap();
+        let qb = QuantizedWeight::quantize(&b, 2, 32, 32, Dtype::Bf16).unwrap();
+        let both = HostLinear::stack(HostLinear::Int4(qa.clone()), HostLinear::Int4(qb.clone())).unwrap();
+        assert_eq!(both.dequantized().to_f32(), [qa.dequantize(), qb.dequantize()].concat());
+        let dense = |v: &[f32], n, k| HostLinear::Dense(DenseWeight::new(n, k, DenseValues::F32(v.to_vec())).unwrap());
+        let d = HostLinear::stack(dense(&a, 3, 32), dense(&b, 2, 32)).unwrap();
+        assert_eq!((d.n(), d.k()), (5, 32));
+        assert_eq!(d.dequantized().row(3), b[..32]);
+        assert!(HostLinear::stack(dense(&a, 3, 32), HostLinear::Int4(qb)).is_err());
+        assert!(HostLinear::stack(dense(&a, 3, 32), dense(&a, 6, 16)).is_err());
+    }
+
+    #[test]
+    fn half_weights_widen_exactly() {
+        let v = [1.5f32, -0.25, 3.0e-3, 7.0];
+        let w = DenseWeight::new(2, 2, DenseValues::Bf16(v.iter().map(|&x| bf16::from_f32(x)).collect())).unwrap();
+        assert_eq!(w.row(1), [bf16::from_f32(3.0e-3).to_f32(), 7.0]);
+        assert_eq!(w.bytes(), 8);
+        assert!(DenseWeight::new(3, 2, DenseValues::F32(v.to_vec())).is_err());
     }
 }

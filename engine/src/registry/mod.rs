@@ -1,26 +1,31 @@
-//! The op registry: every op the model calls, by name, with typed arguments. A [`Backend`] is
-//! chosen at startup; for each (op, shape) an optional [`ImplChooser`] may override the
-//! implementation, otherwise the backend's default runs. Every op has its CPU reference
-//! implementation; the W4A16 linear also has the CUDA backend's tuned kernels
-//! ([`Impl::CudaKernel`]). The other ops have no GPU implementation yet: whatever is chosen, the
-//! CPU reference runs them.
+//! The op registry: every op the model's forward calls, over tensors that live on the backend that
+//! runs them. [`Backend`] is the registry's contract (candle's `BackendStorage` is the model): a
+//! backend owns its tensor, weight and cache types, and the forward in [`crate::model`] is written
+//! once, generic over it. [`crate::cpu::CpuBackend`] is the deterministic, batch-invariant reference;
+//! [`crate::cuda::CudaBackend`] runs every op on the GPU. No op of one backend falls back to another:
+//! a backend either runs an op or returns an error.
+//!
+//! | op | what |
+//! |---|---|
+//! | [`Backend::embedding`] | rows of a dense table for the batch's ids |
+//! | [`Backend::rmsnorm`] | row-wise RMSNorm |
+//! | [`Backend::linear`] | `x · Wᵀ`, dense (bf16) or W4A16 |
+//! | [`Backend::silu_mul`] | `silu(a) * b` of the two halves of each row (fused gate/up) |
+//! | [`Backend::columns`], [`Backend::rope`] | MLA's column splits and rotary embedding |
+//! | [`Backend::kv_append`], [`Backend::attention`] | the KV cache and tree-masked attention |
+//! | [`Backend::moe`] | routing and the routed experts of one MoE layer |
+//! | [`Backend::argmax`], [`Backend::to_host`] | what leaves the backend: ids, or logits |
 
-mod backend;
 mod linear;
 mod startup;
 
-use std::sync::Arc;
-
-pub use backend::{Backend, Impl, ImplChooser, OpName, ShapeKey};
-pub use linear::LinearWeight;
+pub use linear::{DenseValues, DenseWeight, HostLinear};
 pub use startup::{BackendKind, Selection, select};
 
-use kdtree_quant::QuantizedWeight;
-
-use crate::cuda::CudaLinear;
 use crate::error::Result;
 use crate::mask::TreeMask;
-use crate::ops::cpu::{self, AttentionShape, RopeTable};
+use crate::model::Routing;
+use crate::ops::cpu::RopeTable;
 
 /// How the rotary part of a head is laid out (config `rope_interleave`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,159 +36,150 @@ pub enum RopeLayout {
     HalfSplit,
 }
 
-#[derive(Clone, Default)]
-pub struct OpRegistry {
-    backend: Backend,
-    chooser: Option<Arc<dyn ImplChooser>>,
+/// Which columns of each head [`Backend::rope`] rotates: heads of `stride` columns, columns
+/// `offset..offset + dim` of each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RopeSpan {
+    pub stride: usize,
+    pub offset: usize,
+    pub dim: usize,
+    pub layout: RopeLayout,
 }
 
-impl std::fmt::Debug for OpRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpRegistry").field("backend", &self.backend).field("chooser", &self.chooser.is_some()).finish()
+/// MLA's head sizes, which lay out the KV cache: per head a key of `nope + rope` (the rotary part
+/// shared by all heads) and a value of `v`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Heads {
+    pub heads: usize,
+    pub nope: usize,
+    pub rope: usize,
+    pub v: usize,
+    /// Multiplies `q · k` before the softmax.
+    pub scale: f32,
+}
+
+impl Heads {
+    pub fn qk(&self) -> usize {
+        self.nope + self.rope
     }
 }
 
-impl OpRegistry {
-    pub fn new(backend: Backend) -> Self {
-        Self { backend, chooser: None }
-    }
+/// One MoE layer's routed experts as loaded from the checkpoint, before a backend takes them.
+#[derive(Clone, Debug)]
+pub struct HostExperts {
+    pub routing: Routing,
+    /// `mlp.gate.weight`, `[n_experts, hidden]`, applied in f32 like the reference router.
+    pub router: Vec<f32>,
+    /// `e_score_correction_bias`, `[n_experts]`.
+    pub bias: Vec<f32>,
+    /// Per expert: gate and up fused into one `[2 * inter, hidden]` weight, and down.
+    pub experts: Vec<(HostLinear, HostLinear)>,
+}
 
-    /// Lets `chooser` pick per-(op, shape) implementations.
-    pub fn with_chooser(mut self, chooser: Arc<dyn ImplChooser>) -> Self {
-        self.chooser = Some(chooser);
-        self
+/// The KV cache of one model on one backend: entries are tokens, in cache order. A forward appends
+/// its tokens' entries ([`Backend::kv_append`]), which count only once it [`commit`](Self::commit)s.
+pub trait KvStore {
+    /// Committed entries.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
     }
+    /// Keeps the first `len` entries (no-op when it holds fewer).
+    fn truncate(&mut self, len: usize);
+    /// Keeps, after the first `start` entries, only `start + keep[i]`, moved to be contiguous: what
+    /// tree verification leaves of an accepted path. `keep` must be strictly ascending and inside
+    /// the cache, else an error and nothing changes.
+    fn compact(&mut self, start: usize, keep: &[usize]) -> Result<()>;
+    /// Counts the `n` entries the last forward appended.
+    fn commit(&mut self, n: usize);
+    /// Drops what a failed forward appended beyond the committed entries.
+    fn rollback(&mut self);
+}
 
-    pub fn backend(&self) -> &Backend {
-        &self.backend
-    }
+/// A device that runs the model's ops on tensors of its own.
+pub trait Backend: Send + Sync + Sized {
+    /// f32 activations, `[rows, cols]` row-major.
+    type Tensor;
+    /// f32 parameters: norm weights, rotary tables.
+    type Vector: Send + Sync;
+    /// A linear layer's weight (also the embedding table).
+    type Linear: Send + Sync;
+    /// One MoE layer's router and routed experts.
+    type Experts: Send + Sync;
+    /// One forward's inputs: token ids, positions, the mask among the new tokens.
+    type Batch;
+    type Cache: KvStore;
 
-    /// The implementation that runs `key`.
-    pub fn choose(&self, key: &ShapeKey) -> Impl {
-        self.chooser
-            .as_ref()
-            .and_then(|c| c.choose(&self.backend, key))
-            .unwrap_or_else(|| self.backend.default_impl(key))
-    }
+    /// What the backend is, for people: "cpu", "cuda (NVIDIA H200, sm_90)".
+    fn describe(&self) -> String;
 
-    fn pick(&self, op: OpName, m: usize, n: usize, k: usize) -> Impl {
-        self.choose(&ShapeKey { op, m, n, k, group_size: 0 })
-    }
+    /// Takes a vector of parameters.
+    fn vector(&self, v: &[f32]) -> Result<Self::Vector>;
+    /// Takes a linear weight; `name` is the checkpoint's module, for errors and reports.
+    fn linear_weight(&self, name: &str, w: HostLinear) -> Result<Self::Linear>;
+    /// Takes one MoE layer's router and experts.
+    fn experts(&self, name: &str, e: HostExperts) -> Result<Self::Experts>;
+    /// An empty cache of `layers` layers of MLA heads `heads`.
+    fn new_cache(&self, layers: usize, heads: Heads) -> Self::Cache;
 
-    /// `y[m, n] = x[m, k] · Wᵀ`, dispatched on how the weight is stored.
-    pub fn linear(&self, x: &[f32], m: usize, w: &LinearWeight) -> Result<Vec<f32>> {
-        match w {
-            LinearWeight::Dense { n, k, w } => match self.pick(OpName::Linear, m, *n, *k) {
-                Impl::CpuReference | Impl::CudaKernel => cpu::linear(x, m, w, *n),
-            },
-            LinearWeight::W4a16(q) => self.w4a16_linear(x, m, q, None),
-            LinearWeight::Cuda(d) => self.w4a16_linear(x, m, &d.host, Some(d)),
-        }
-    }
+    /// Uploads one forward's inputs. `positions` index the rotary table; callers have checked them.
+    fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask) -> Result<Self::Batch>;
 
-    /// The W4A16 linear: the GPU kernel when chosen and the weight is on the GPU, else the CPU reference.
-    fn w4a16_linear(&self, x: &[f32], m: usize, q: &QuantizedWeight, gpu: Option<&CudaLinear>) -> Result<Vec<f32>> {
-        let key = ShapeKey { op: OpName::W4a16Linear, m, n: q.n, k: q.k, group_size: q.group_size };
-        match (self.choose(&key), gpu) {
-            (Impl::CudaKernel, Some(d)) => d.forward(x, m),
-            (Impl::CudaKernel, None) | (Impl::CpuReference, _) => cpu::w4a16_linear(x, m, q),
-        }
-    }
-
-    /// Row-wise RMSNorm with rows of `weight.len()`.
-    pub fn rmsnorm(&self, x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
-        let mut out = vec![0f32; x.len()];
-        match self.pick(OpName::RmsNorm, x.len() / weight.len().max(1), weight.len(), 0) {
-            Impl::CpuReference | Impl::CudaKernel => cpu::rmsnorm(x, weight, eps, &mut out),
-        }
-        out
-    }
-
-    /// Rotates `x` (`[positions.len(), heads, head_dim]`) in place.
-    pub fn rope(&self, x: &mut [f32], head_dim: usize, positions: &[usize], table: &RopeTable, layout: RopeLayout) {
-        match (self.pick(OpName::Rope, positions.len(), x.len() / positions.len().max(1), head_dim), layout) {
-            (Impl::CpuReference | Impl::CudaKernel, RopeLayout::Interleaved) => {
-                cpu::rope_interleaved(x, head_dim, positions, &table.cos, &table.sin)
-            }
-            (Impl::CpuReference | Impl::CudaKernel, RopeLayout::HalfSplit) => {
-                cpu::rope_half_split(x, head_dim, positions, &table.cos, &table.sin)
-            }
-        }
-    }
-
-    /// Masked attention over the cache; see [`cpu::attention`].
-    pub fn attention(
+    /// Rows `tokens` of `table` (`[vocab, dim]`, dense).
+    fn embedding(&self, table: &Self::Linear, batch: &Self::Batch) -> Result<Self::Tensor>;
+    fn rmsnorm(&self, x: &Self::Tensor, weight: &Self::Vector, eps: f32) -> Result<Self::Tensor>;
+    /// `y[m, n] = x[m, k] · Wᵀ`.
+    fn linear(&self, x: &Self::Tensor, w: &Self::Linear) -> Result<Self::Tensor>;
+    /// `x += y`.
+    fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
+    /// `silu(a) * b` where each row of `x` is `[a | b]`, halves of equal width.
+    fn silu_mul(&self, x: &Self::Tensor) -> Result<Self::Tensor>;
+    /// Columns `start..start + len` of every row.
+    fn columns(&self, x: &Self::Tensor, start: usize, len: usize) -> Result<Self::Tensor>;
+    /// Rotates `span` of every head of every row of `x` in place, row `r` at the batch's position `r`.
+    fn rope(
         &self,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        past: usize,
-        mask: &TreeMask,
-        shape: AttentionShape,
-    ) -> Vec<f32> {
-        match self.pick(OpName::Attention, mask.len(), shape.heads * shape.v_dim, past + mask.len()) {
-            Impl::CpuReference | Impl::CudaKernel => cpu::attention(q, k, v, past, mask, shape),
-        }
-    }
-
-    /// `silu(gate) * up`.
-    pub fn silu_mul(&self, gate: &[f32], up: &[f32]) -> Vec<f32> {
-        let mut out = vec![0f32; gate.len()];
-        match self.pick(OpName::SiluMul, 0, gate.len(), 0) {
-            Impl::CpuReference | Impl::CudaKernel => cpu::silu_mul(gate, up, &mut out),
-        }
-        out
-    }
-
-    /// Row-wise softmax in place.
-    pub fn softmax(&self, x: &mut [f32], cols: usize) {
-        match self.pick(OpName::Softmax, x.len() / cols.max(1), cols, 0) {
-            Impl::CpuReference | Impl::CudaKernel => cpu::softmax(x, cols),
-        }
-    }
-
+        x: &mut Self::Tensor,
+        span: RopeSpan,
+        cos: &Self::Vector,
+        sin: &Self::Vector,
+        batch: &Self::Batch,
+    ) -> Result<()>;
+    /// Appends the batch's keys and values to layer `layer` after the committed entries: `kv` is
+    /// `[n, heads, nope + v]` (`kv_b_proj`'s output), `k_rope` `[n, rope]` (rotated, shared by the heads).
+    fn kv_append(&self, cache: &mut Self::Cache, layer: usize, kv: &Self::Tensor, k_rope: &Self::Tensor) -> Result<()>;
+    /// Attention of the batch's queries `q` (`[n, heads, qk]`) over layer `layer`'s committed entries
+    /// and the new ones the batch's mask lets each see, in cache order; masked keys are skipped, not
+    /// zero-weighted, so a tree node's output equals a sequential forward's over its path. `[n, heads, v]`.
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        cache: &Self::Cache,
+        layer: usize,
+        batch: &Self::Batch,
+    ) -> Result<Self::Tensor>;
+    /// Routes every row and returns the sum of its experts' outputs, weighted, added in ascending
+    /// expert index: a row's result never depends on which other rows came along.
+    fn moe(&self, x: &Self::Tensor, experts: &Self::Experts) -> Result<Self::Tensor>;
     /// Row-wise argmax, ties to the lowest index.
-    pub fn argmax(&self, x: &[f32], cols: usize) -> Vec<u32> {
-        match self.pick(OpName::Argmax, x.len() / cols.max(1), cols, 0) {
-            Impl::CpuReference | Impl::CudaKernel => cpu::argmax(x, cols),
-        }
-    }
-
-    /// Rows of `table` (`[vocab, dim]`) for `ids`.
-    pub fn embedding(&self, table: &[f32], dim: usize, ids: &[u32]) -> Result<Vec<f32>> {
-        let mut out = vec![0f32; ids.len() * dim];
-        match self.pick(OpName::Embedding, ids.len(), dim, 0) {
-            Impl::CpuReference | Impl::CudaKernel => cpu::embedding(table, dim, ids, &mut out)?,
-        }
-        Ok(out)
-    }
+    fn argmax(&self, x: &Self::Tensor) -> Result<Vec<u32>>;
+    /// The tensor on the host, row-major.
+    fn to_host(&self, x: &Self::Tensor) -> Result<Vec<f32>>;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The rotary tables of a model on its backend.
+pub struct Rope<B: Backend> {
+    pub cos: B::Vector,
+    pub sin: B::Vector,
+    pub max_positions: usize,
+}
 
-    /// A chooser that records what it was asked.
-    struct Recorder(std::sync::Mutex<Vec<ShapeKey>>);
-
-    impl ImplChooser for Recorder {
-        fn choose(&self, _: &Backend, key: &ShapeKey) -> Option<Impl> {
-            self.0.lock().unwrap().push(*key);
-            None
-        }
-    }
-
-    #[test]
-    fn linear_dispatches_on_the_stored_weight_and_consults_the_chooser_per_shape() {
-        let w: Vec<f32> = (0..4 * 32).map(|i| (i % 11) as f32 / 4.0 - 1.0).collect();
-        let q = kdtree_quant::QuantizedWeight::quantize(&w, 4, 32, 32, kdtree_quant::Dtype::Bf16).unwrap();
-        let recorder = Arc::new(Recorder(Default::default()));
-        let reg = OpRegistry::new(Backend::Cpu).with_chooser(recorder.clone());
-        let x = vec![0.5f32; 2 * 32];
-        let int4 = LinearWeight::W4a16(q);
-        assert_eq!(reg.linear(&x, 2, &int4).unwrap(), reg.linear(&x, 2, &int4.dequantized()).unwrap());
-        let asked = recorder.0.lock().unwrap().clone();
-        assert_eq!(asked[0], ShapeKey { op: OpName::W4a16Linear, m: 2, n: 4, k: 32, group_size: 32 });
-        assert_eq!(asked[1], ShapeKey { op: OpName::Linear, m: 2, n: 4, k: 32, group_size: 0 });
+impl<B: Backend> Rope<B> {
+    pub fn new(backend: &B, table: &RopeTable) -> Result<Self> {
+        Ok(Self {
+            cos: backend.vector(&table.cos)?,
+            sin: backend.vector(&table.sin)?,
+            max_positions: table.max_positions(),
+        })
     }
 }

@@ -1,9 +1,5 @@
 //! Choosing the backend at startup (`--backend auto|cpu|cuda`).
 
-use std::sync::Arc;
-
-use super::Backend;
-use crate::cuda::{CudaBackend, CudaOptions};
 use crate::error::{EngineError, Result};
 
 /// Which backend to run on.
@@ -38,15 +34,5 @@ pub fn select<G>(kind: BackendKind, open_gpu: impl FnOnce() -> Result<G>) -> Res
             Ok(gpu) => Selection::Gpu(gpu),
             Err(e) => Selection::Cpu { note: Some(format!("no usable GPU, running on the CPU: {e}")) },
         }),
-    }
-}
-
-impl Backend {
-    /// Opens the backend `kind` asks for; the note says why `auto` fell back to the CPU.
-    pub fn open(kind: BackendKind, cuda: &CudaOptions) -> Result<(Backend, Option<String>)> {
-        Ok(match select(kind, || CudaBackend::open(cuda))? {
-            Selection::Cpu { note } => (Backend::Cpu, note),
-            Selection::Gpu(gpu) => (Backend::Cuda(Arc::new(gpu)), None),
-        })
     }
 }

@@ -9,6 +9,7 @@ use super::{BlockDrafter, Drafter, LookupDrafter, ModelDrafter, Stats, TreeLimit
 use crate::error::Result;
 use crate::generate::greedy_generate;
 use crate::model::Model;
+use crate::registry::Backend;
 
 /// Options of speculative decoding, flattened into `generate`.
 #[derive(clap::Args, Clone, Debug)]
@@ -71,10 +72,16 @@ pub struct Comparison {
 
 impl SpecArgs {
     /// Runs DDTree with the chosen drafter, then plain greedy decoding, and compares.
-    pub fn run(&self, target: &Model, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Comparison> {
+    pub fn run<B: Backend>(
+        &self,
+        target: &Model<B>,
+        prompt: &[u32],
+        max_new: usize,
+        stop: Option<u32>,
+    ) -> Result<Comparison> {
         // The draft model runs on the target's backend (its INT4 weights uploaded too on CUDA).
         let draft_model =
-            self.draft_model.as_deref().map(|dir| Model::load_with(dir, target.ops().clone())).transpose()?;
+            self.draft_model.as_deref().map(|dir| Model::load_on(dir, target.backend().clone())).transpose()?;
         let draft_model = draft_model.as_ref().unwrap_or(target);
         let vocab = target.config.vocab_size;
         let mut drafter: Box<dyn Drafter + '_> = match self.drafter {

@@ -9,6 +9,7 @@ use super::tree::DraftTree;
 use super::verify::verify;
 use crate::error::{EngineError, Result};
 use crate::model::Model;
+use crate::registry::Backend;
 
 /// The tree's shape limits: at most `budget` nodes (root excluded), at most `draft_len` deep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -72,8 +73,8 @@ fn mean(xs: &[usize]) -> f64 {
 /// Each round the drafter proposes `draft_len` positions after the bonus token, the best `budget`
 /// prefixes form the tree, and one target forward verifies it; every round commits the accepted path
 /// and a new bonus token, which is the target's own greedy choice after it.
-pub fn ddtree_generate(
-    target: &Model,
+pub fn ddtree_generate<B: Backend>(
+    target: &Model<B>,
     drafter: &mut dyn Drafter,
     prompt: &[u32],
     max_new: usize,
@@ -92,9 +93,8 @@ pub fn ddtree_generate(
     let vocab = target.config.vocab_size;
     let mut cache = target.new_cache();
     let positions: Vec<usize> = (0..prompt.len()).collect();
-    let logits = target.forward(&mut cache, prompt, &positions, None)?;
+    let mut bonus = *target.forward_argmax(&mut cache, prompt, &positions, None)?.last().expect("a row per token");
     stats.target_forwards += 1;
-    let mut bonus = target.ops().argmax(&logits[logits.len() - vocab..], vocab)[0];
     let mut text = prompt.to_vec();
     while !push(&mut out, &[bonus], max_new, stop) {
         // No deeper than the tokens still wanted: the last of them can always come as a bonus.

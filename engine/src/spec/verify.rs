@@ -2,7 +2,8 @@
 
 use super::tree::DraftTree;
 use crate::error::Result;
-use crate::model::{KvCache, Model};
+use crate::model::Model;
+use crate::registry::{Backend, KvStore};
 
 /// What one verification round commits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,14 +18,13 @@ pub struct Verified {
 /// position context length + depth and seeing only its ancestors; then walks from the root, moving to
 /// the child whose token is the target's argmax at the current node. The cache keeps the walk's
 /// entries, contiguous after the context, and nothing of the rejected branches.
-pub fn verify(target: &Model, cache: &mut KvCache, root: u32, tree: &DraftTree) -> Result<Verified> {
+pub fn verify<B: Backend>(target: &Model<B>, cache: &mut B::Cache, root: u32, tree: &DraftTree) -> Result<Verified> {
     let start = cache.len();
     let tokens: Vec<u32> = std::iter::once(root).chain(tree.tokens.iter().copied()).collect();
     let positions: Vec<usize> = std::iter::once(start).chain(tree.depths.iter().map(|d| start + d)).collect();
-    let logits = target.forward(cache, &tokens, &positions, Some(&tree.mask()))?;
-    let greedy = target.ops().argmax(&logits, target.config.vocab_size);
+    let greedy = target.forward_argmax(cache, &tokens, &positions, Some(&tree.mask()))?;
     let walk = greedy_walk(&tree.forward_parents(), &tokens, &greedy);
-    cache.compact(start, &walk);
+    cache.compact(start, &walk)?;
     let bonus = greedy[walk[walk.len() - 1]];
     Ok(Verified { accepted: walk.iter().map(|&row| tokens[row]).collect(), bonus })
 }

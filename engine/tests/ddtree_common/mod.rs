@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use kdtree_engine::Result;
+use kdtree_engine::registry::Backend;
 use kdtree_engine::spec::{Choice, Draft, Drafter, Stats, TreeLimits, ddtree_generate};
 use kdtree_engine::{Model, greedy_generate};
 
@@ -77,8 +78,8 @@ impl Drafter for Scripted {
 }
 
 /// Runs DDTree with `drafter` and checks it against plain greedy decoding, token for token.
-pub fn assert_exact(
-    model: &Model,
+pub fn assert_exact<B: Backend>(
+    model: &Model<B>,
     drafter: &mut dyn Drafter,
     prompt: &[u32],
     max_new: usize,
@@ -94,7 +95,7 @@ pub fn assert_exact(
 }
 
 /// The prompt followed by greedy decoding's first `max_new` tokens: what a scripted drafter reads.
-pub fn greedy_text(model: &Model, prompt: &[u32], max_new: usize) -> Vec<u32> {
+pub fn greedy_text<B: Backend>(model: &Model<B>, prompt: &[u32], max_new: usize) -> Vec<u32> {
     let mut text = prompt.to_vec();
     text.extend(greedy_generate(model, prompt, max_new, None).unwrap());
     text

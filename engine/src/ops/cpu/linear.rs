@@ -3,6 +3,7 @@ use kdtree_quant::reference::{dot, w4a16_gemm_f32};
 use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
+use crate::registry::{DenseValues, DenseWeight};
 
 /// Output features computed by one rayon task.
 const FEATURE_BLOCK: usize = 16;
@@ -24,6 +25,36 @@ pub fn linear(x: &[f32], m: usize, w: &[f32], n: usize) -> Result<Vec<f32>> {
     // Y transposed ([N, M]) so that a block of output features is one contiguous slice.
     let mut yt = vec![0f32; n * m];
     yt.par_chunks_mut(FEATURE_BLOCK * m).zip(w.par_chunks(FEATURE_BLOCK * k)).for_each(|(out, wblock)| {
+        for (col, wrow) in out.chunks_exact_mut(m).zip(wblock.chunks_exact(k)) {
+            for (o, xrow) in col.iter_mut().zip(x.chunks_exact(k)) {
+                *o = dot(xrow, wrow);
+            }
+        }
+    });
+    Ok(transpose(&yt, n, m))
+}
+
+/// [`linear`] over a weight in its stored dtype: 16-bit rows are widened to f32 (exactly) a block
+/// at a time, so the result is bit-identical to [`linear`] over the widened weight.
+pub fn dense_linear(x: &[f32], m: usize, w: &DenseWeight) -> Result<Vec<f32>> {
+    let (n, k) = (w.n, w.k);
+    if x.len() != m * k {
+        return Err(EngineError::InvalidArgument(format!(
+            "linear: x holds {} values for {m} rows, the weight's K is {k}",
+            x.len()
+        )));
+    }
+    if let DenseValues::F32(values) = &w.values {
+        return linear(x, m, values, n);
+    }
+    if m == 0 || n == 0 {
+        return Ok(vec![0.0; m * n]);
+    }
+    let mut yt = vec![0f32; n * m];
+    yt.par_chunks_mut(FEATURE_BLOCK * m).enumerate().for_each(|(block, out)| {
+        let first = block * FEATURE_BLOCK;
+        let rows = out.len() / m;
+        let wblock = w.values.widen(first * k..(first + rows) * k);
         for (col, wrow) in out.chunks_exact_mut(m).zip(wblock.chunks_exact(k)) {
             for (o, xrow) in col.iter_mut().zip(x.chunks_exact(k)) {
                 *o = dot(xrow, wrow);
@@ -80,6 +111,17 @@ mod tests {
         let qw = QuantizedWeight::quantize(&values(n * k, 3), n, k, 32, Dtype::Bf16).unwrap();
         let x = values(m * k, 4);
         assert_eq!(w4a16_linear(&x, m, &qw).unwrap(), linear(&x, m, &qw.dequantize(), n).unwrap());
+    }
+
+    #[test]
+    fn bf16_weights_give_the_bits_of_their_f32_widening() {
+        let (m, n, k) = (3, 37, 20);
+        let (x, w) = (values(m * k, 7), values(n * k, 8));
+        let half: Vec<half::bf16> = w.iter().map(|&v| half::bf16::from_f32(v)).collect();
+        let widened: Vec<f32> = half.iter().map(|v| v.to_f32()).collect();
+        let dense = DenseWeight::new(n, k, DenseValues::Bf16(half)).unwrap();
+        assert_eq!(dense_linear(&x, m, &dense).unwrap(), linear(&x, m, &widened, n).unwrap());
+        assert!(dense_linear(&x[1..], m, &dense).is_err());
     }
 
     #[test]

@@ -12,6 +12,6 @@ mod rope;
 pub use attention::{AttentionShape, attention};
 pub use elementwise::{argmax, silu_mul, softmax};
 pub use embedding::embedding;
-pub use linear::{linear, w4a16_linear};
+pub use linear::{dense_linear, linear, w4a16_linear};
 pub use norm::rmsnorm;
 pub use rope::{RopeTable, rope_half_split, rope_interleaved};

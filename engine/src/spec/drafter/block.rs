@@ -11,24 +11,25 @@ use super::{Draft, Drafter, log_softmax};
 use crate::error::Result;
 use crate::mask::TreeMask;
 use crate::model::Model;
+use crate::registry::Backend;
 
-pub struct BlockDrafter<'m> {
-    model: &'m Model,
+pub struct BlockDrafter<'m, B: Backend> {
+    model: &'m Model<B>,
     mask_token: u32,
-    session: Session,
+    session: Session<B>,
 }
 
-impl<'m> BlockDrafter<'m> {
+impl<'m, B: Backend> BlockDrafter<'m, B> {
     /// `mask_token` is the drafter's MASK id; `None` takes the last id of the vocabulary, the
     /// convention of block drafters that append MASK to the target's vocabulary.
-    pub fn new(model: &'m Model, target_vocab: usize, mask_token: Option<u32>) -> Result<BlockDrafter<'m>> {
+    pub fn new(model: &'m Model<B>, target_vocab: usize, mask_token: Option<u32>) -> Result<BlockDrafter<'m, B>> {
         check_vocab(model, target_vocab)?;
         let mask_token = mask_token.unwrap_or(target_vocab.saturating_sub(1) as u32);
         Ok(BlockDrafter { model, mask_token, session: Session::new(model) })
     }
 }
 
-impl Drafter for BlockDrafter<'_> {
+impl<B: Backend> Drafter for BlockDrafter<'_, B> {
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft> {
         let vocab = self.model.config.vocab_size;
         // The cache holds only committed context, run causally (only what is new since the last round);
@@ -42,7 +43,7 @@ impl Drafter for BlockDrafter<'_> {
         let mut logits = self.session.extend(self.model, &block, Some(&TreeMask::full(len + 1)))?;
         self.session.truncate(context.len());
         let mut rows = logits.split_off(vocab);
-        log_softmax(self.model, &mut rows, vocab);
+        log_softmax(&mut rows, vocab);
         Draft::from_log_probs(&rows, vocab, top_k)
     }
 }

@@ -16,7 +16,6 @@ pub use lookup::LookupDrafter;
 pub use model::ModelDrafter;
 
 use crate::error::{EngineError, Result};
-use crate::model::Model;
 
 /// Proposes distributions for the tokens that follow the committed context and the bonus token.
 pub trait Drafter {
@@ -121,9 +120,10 @@ fn top_k_of_row(row: &[f32], k: usize) -> Vec<Choice> {
     all
 }
 
-/// Natural-log softmax of logits rows `[rows, vocab]`, in place: the model's softmax op, then ln.
-fn log_softmax(model: &Model, logits: &mut [f32], vocab: usize) {
-    model.ops().softmax(logits, vocab);
+/// Natural-log softmax of logits rows `[rows, vocab]` on the host, in place: the reference softmax,
+/// then ln.
+fn log_softmax(logits: &mut [f32], vocab: usize) {
+    crate::ops::cpu::softmax(logits, vocab);
     logits.iter_mut().for_each(|p| *p = p.ln());
 }
 

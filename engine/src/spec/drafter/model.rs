@@ -3,33 +3,34 @@
 use super::{Draft, Drafter, log_softmax};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::model::{KvCache, Model};
+use crate::model::Model;
+use crate::registry::{Backend, KvStore};
 
 /// Runs its own model greedily from the bonus token for L steps and returns its softmax at each step.
 /// It keeps its own KV cache across rounds and re-runs only what changed since the last call (the
 /// tokens committed since, and the bonus token), so each round costs L forwards of the draft model.
-pub struct ModelDrafter<'m> {
-    model: &'m Model,
-    session: Session,
+pub struct ModelDrafter<'m, B: Backend> {
+    model: &'m Model<B>,
+    session: Session<B>,
 }
 
-impl<'m> ModelDrafter<'m> {
+impl<'m, B: Backend> ModelDrafter<'m, B> {
     /// `target_vocab` must be the draft model's vocabulary: proposals are token ids of the target.
-    pub fn new(model: &'m Model, target_vocab: usize) -> Result<ModelDrafter<'m>> {
+    pub fn new(model: &'m Model<B>, target_vocab: usize) -> Result<ModelDrafter<'m, B>> {
         check_vocab(model, target_vocab)?;
         Ok(ModelDrafter { model, session: Session::new(model) })
     }
 }
 
-impl Drafter for ModelDrafter<'_> {
+impl<B: Backend> Drafter for ModelDrafter<'_, B> {
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft> {
         let vocab = self.model.config.vocab_size;
         let mut rows = Vec::with_capacity(len * vocab);
         let mut text: Vec<u32> = context.iter().copied().chain([bonus]).collect();
         for _ in 0..len {
             let mut last = self.session.advance(self.model, &text)?;
-            let next = self.model.ops().argmax(&last, vocab)[0];
-            log_softmax(self.model, &mut last, vocab);
+            let next = crate::ops::cpu::argmax(&last, vocab)[0];
+            log_softmax(&mut last, vocab);
             rows.extend(last);
             text.push(next);
         }
@@ -39,18 +40,18 @@ impl Drafter for ModelDrafter<'_> {
 
 /// A KV cache that follows a growing text: it remembers which tokens it holds and, on each call,
 /// drops what the text no longer shares and runs the rest in one causal forward.
-pub(super) struct Session {
-    cache: KvCache,
+pub(super) struct Session<B: Backend> {
+    cache: B::Cache,
     cached: Vec<u32>,
 }
 
-impl Session {
-    pub(super) fn new(model: &Model) -> Session {
+impl<B: Backend> Session<B> {
+    pub(super) fn new(model: &Model<B>) -> Session<B> {
         Session { cache: model.new_cache(), cached: Vec::new() }
     }
 
     /// Brings the cache to hold `text` and returns the logits after its last token (`text` is not empty).
-    pub(super) fn advance(&mut self, model: &Model, text: &[u32]) -> Result<Vec<f32>> {
+    pub(super) fn advance(&mut self, model: &Model<B>, text: &[u32]) -> Result<Vec<f32>> {
         // Keep at least one token to run, so that there are logits to return.
         let shared = self.shared_prefix(text).min(text.len() - 1);
         self.truncate(shared);
@@ -60,7 +61,7 @@ impl Session {
     }
 
     /// Runs `tokens` after the cached ones, under `mask` (None: causal), and returns their logits.
-    pub(super) fn extend(&mut self, model: &Model, tokens: &[u32], mask: Option<&TreeMask>) -> Result<Vec<f32>> {
+    pub(super) fn extend(&mut self, model: &Model<B>, tokens: &[u32], mask: Option<&TreeMask>) -> Result<Vec<f32>> {
         let start = self.cached.len();
         let positions: Vec<usize> = (start..start + tokens.len()).collect();
         let logits = model.forward(&mut self.cache, tokens, &positions, mask)?;
@@ -79,7 +80,7 @@ impl Session {
     }
 }
 
-pub(super) fn check_vocab(model: &Model, target_vocab: usize) -> Result<()> {
+pub(super) fn check_vocab<B: Backend>(model: &Model<B>, target_vocab: usize) -> Result<()> {
     if model.config.vocab_size != target_vocab {
         return Err(EngineError::InvalidArgument(format!(
             "the draft model's vocabulary ({}) differs from the target's ({target_vocab})",

@@ -1,0 +1,99 @@
+//! What `kdtree-engine bench` measures: per-forward time of a model on the GPU at T = 1, 2, 4, ...
+//! tokens after a context, against the floor that the bytes the forward must read set at the copy
+//! bandwidth measured in the same run.
+//!
+//! A forward must read every dense weight once (attention, dense MLPs, shared experts, routers, the
+//! LM head), every routed expert that some token of the forward routes to once per MoE layer, and
+//! the KV cache entries its rows attend to; activations are negligible at these T.
+
+use serde::Serialize;
+
+use crate::model::WeightBytes;
+
+/// One (T) row of the bench.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ForwardRow {
+    /// Tokens in the forward (the tree's nodes).
+    pub t: usize,
+    pub median_us: f64,
+    pub p10_us: f64,
+    pub p90_us: f64,
+    /// Distinct routed experts per MoE layer, averaged over layers and reps.
+    pub experts_per_layer: f64,
+    pub bytes: ReadBytes,
+    /// `bytes.total / copy bandwidth`.
+    pub floor_us: f64,
+    pub pct_of_floor: f64,
+    /// Time by op class in one profiled forward (each op synchronised, so the sum exceeds the median).
+    pub split_us: Vec<(String, f64)>,
+}
+
+/// The bytes one forward reads, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct ReadBytes {
+    pub dense: usize,
+    pub lm_head: usize,
+    pub experts: usize,
+    pub kv: usize,
+    pub total: usize,
+}
+
+impl ReadBytes {
+    /// The bytes of a forward over `entries` cache entries (context and new tokens) of `kv_entry`
+    /// bytes each, touching `experts_per_layer` experts in each MoE layer.
+    pub fn of(w: &WeightBytes, experts_per_layer: f64, entries: usize, kv_entry: usize) -> ReadBytes {
+        let experts = (experts_per_layer * (w.moe_layers * w.expert) as f64).round() as usize;
+        let kv = entries * kv_entry;
+        ReadBytes { dense: w.dense, lm_head: w.lm_head, experts, kv, total: w.dense + w.lm_head + experts + kv }
+    }
+
+    /// Microseconds to move these bytes at `gbps` GB/s.
+    pub fn floor_us(&self, gbps: f64) -> f64 {
+        self.total as f64 / (gbps * 1e3)
+    }
+}
+
+/// The Ts of a sweep: powers of two from 1 to `max`.
+pub fn sweep(max: usize) -> Vec<usize> {
+    std::iter::successors(Some(1usize), |t| t.checked_mul(2)).take_while(|&t| t <= max).collect()
+}
+
+/// A table for people.
+pub fn table(rows: &[ForwardRow], copy_gbps: f64) -> String {
+    let mut out = format!("copy bandwidth {copy_gbps:.0} GB/s (read + write), measured in this run\n");
+    out += &format!(
+        "{:>4} {:>10} {:>10} {:>10} {:>8} {:>9} {:>9} {:>8}  split (one profiled forward, us)\n",
+        "T", "median us", "p10", "p90", "experts", "MB read", "floor us", "% floor"
+    );
+    for r in rows {
+        let split: Vec<String> = r.split_us.iter().map(|(c, us)| format!("{c} {us:.0}")).collect();
+        out += &format!(
+            "{:>4} {:>10.1} {:>10.1} {:>10.1} {:>8.1} {:>9.1} {:>9.1} {:>7.1}%  {}\n",
+            r.t,
+            r.median_us,
+            r.p10_us,
+            r.p90_us,
+            r.experts_per_layer,
+            r.bytes.total as f64 / 1e6,
+            r.floor_us,
+            r.pct_of_floor,
+            split.join(", ")
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_count_dense_weights_once_and_experts_per_touch() {
+        let w = WeightBytes { dense: 1000, lm_head: 500, expert: 10, moe_layers: 2, experts_per_layer: 64, int4: 0 };
+        let b = ReadBytes::of(&w, 8.0, 3, 4);
+        assert_eq!(b, ReadBytes { dense: 1000, lm_head: 500, experts: 160, kv: 12, total: 1672 });
+        assert!((b.floor_us(1.0) - 1.672).abs() < 1e-12);
+        assert_eq!(sweep(128), [1, 2, 4, 8, 16, 32, 64, 128]);
+        assert_eq!(sweep(5), [1, 2, 4]);
+    }
+}

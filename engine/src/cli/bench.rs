@@ -1,0 +1,178 @@
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use kdtree_engine::bench::{ForwardRow, ReadBytes, sweep, table};
+use kdtree_engine::registry::KvStore;
+use kdtree_engine::{Model, greedy_generate_timed};
+use kdtree_jit::tune::bench::Timing;
+use kdtree_jit::tune::clock::{Clock, CudaClock};
+use kdtree_jit::tune::peers::copy_bandwidth;
+use kdtree_quant::sample::Uniform;
+
+use super::backend::{BackendArgs, variant_table};
+
+/// Time the model's forward on the GPU at T = 1, 2, 4, ... tokens, against its bandwidth floor.
+///
+/// After a context of --context random tokens, each T runs a causal chain of T new tokens
+/// (what a DDTree of depth T costs at most) --reps times, timed with CUDA events; a rep ends when
+/// the argmax ids are on the host. Per T it reports the bytes the forward must read (dense weights
+/// and LM head once, each routed expert some token routes to once per MoE layer, the KV entries),
+/// the floor they set at the device-to-device copy bandwidth measured in this run, % of that floor,
+/// the distinct experts per MoE layer, and the time by op class of one profiled forward. Then it
+/// decodes --generate tokens greedily and reports tokens/s. Needs a GPU.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Model folder: config.json and safetensors shards.
+    #[arg(long)]
+    model: PathBuf,
+    /// Context tokens in the cache before each timed forward.
+    #[arg(long, default_value_t = 64)]
+    context: usize,
+    /// Largest T of the sweep (powers of two from 1).
+    #[arg(long, default_value_t = 128)]
+    max_t: usize,
+    /// Timed forwards per T (after 2 untimed).
+    #[arg(long, default_value_t = 10)]
+    reps: usize,
+    /// Tokens of the greedy decode timed at the end (0: none).
+    #[arg(long, default_value_t = 64)]
+    generate: usize,
+    /// Seed of the random token ids.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    backend: BackendArgs,
+}
+
+/// The peak resident set of this process so far, bytes (Linux `VmHWM`).
+pub fn peak_rss() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim();
+    kb.parse::<usize>().ok().map(|kb| kb * 1024)
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.reps == 0 || args.max_t == 0 {
+        bail!("--reps and --max-t must be at least 1");
+    }
+    let Some(cuda) = args.backend.open(1)? else {
+        bail!("`bench` measures on a GPU, and none is usable here (see the note above, or pass --backend cuda)");
+    };
+    let cuda = Arc::new(cuda);
+    let rss_before = peak_rss();
+    let started = std::time::Instant::now();
+    let model =
+        Model::load_on(&args.model, cuda.clone()).with_context(|| format!("loading {}", args.model.display()))?;
+    cuda.synchronize()?;
+    let load_s = started.elapsed().as_secs_f64();
+    let c = &model.config;
+    let positions_needed = args.context + args.max_t.max(args.generate);
+    if positions_needed > c.max_position_embeddings {
+        bail!(
+            "--context {} + {} new tokens need {positions_needed} positions; max_position_embeddings in config.json is {}",
+            args.context,
+            args.max_t.max(args.generate),
+            c.max_position_embeddings
+        );
+    }
+    let stream = cuda.stream().clone();
+    let mut clock = CudaClock::new(stream.clone());
+    let copy_gbps = copy_bandwidth(&stream, &mut clock)?;
+    let weights = model.weight_bytes();
+    let kv_entry = c.num_hidden_layers * c.num_attention_heads * (c.qk_head_dim() + c.v_head_dim) * 4;
+    let mut ids = Uniform::new(args.seed);
+    let mut random_ids = |n: usize| -> Vec<u32> {
+        (0..n)
+            .map(|_| ((ids.next().unwrap_or(0.0) * c.vocab_size as f32) as u32).min(c.vocab_size as u32 - 1))
+            .collect()
+    };
+    let prompt = random_ids(args.context.max(1));
+    let mut cache = model.new_cache();
+    let context_positions: Vec<usize> = (0..prompt.len()).collect();
+    model.forward_argmax(&mut cache, &prompt, &context_positions, None)?;
+    let past = cache.len();
+    let mut rows = Vec::new();
+    for t in sweep(args.max_t) {
+        let tokens = random_ids(t);
+        let positions: Vec<usize> = (past..past + t).collect();
+        let forward = |cache: &mut _| -> anyhow::Result<()> {
+            KvStore::truncate(cache, past);
+            model.forward_argmax(cache, &tokens, &positions, None)?;
+            Ok(())
+        };
+        for _ in 0..2 {
+            forward(&mut cache)?;
+        }
+        cuda.take_experts_launched();
+        let mut samples = Vec::with_capacity(args.reps);
+        for _ in 0..args.reps {
+            let start = clock.mark()?;
+            forward(&mut cache)?;
+            let end = clock.mark()?;
+            samples.push(clock.elapsed_us(&start, &end)?);
+        }
+        let experts = cuda.take_experts_launched() as f64 / (args.reps * weights.moe_layers.max(1)) as f64;
+        cuda.start_profile();
+        forward(&mut cache)?;
+        let split_us = cuda.take_profile();
+        cuda.take_experts_launched();
+        let timing = Timing::from_samples(samples);
+        let bytes = ReadBytes::of(&weights, experts, past + t, kv_entry);
+        let floor_us = bytes.floor_us(copy_gbps);
+        rows.push(ForwardRow {
+            t,
+            median_us: timing.median_us,
+            p10_us: timing.p10_us,
+            p90_us: timing.p90_us,
+            experts_per_layer: experts,
+            bytes,
+            floor_us,
+            pct_of_floor: 100.0 * floor_us / timing.median_us,
+            split_us,
+        });
+    }
+    let greedy =
+        (args.generate > 0).then(|| greedy_generate_timed(&model, &prompt, args.generate, None)).transpose()?;
+    let decode_tps =
+        greedy.as_ref().map(|g| g.tokens.len().saturating_sub(1) as f64 / g.decode.as_secs_f64().max(1e-9));
+    let (variants, variants_json) = variant_table(&cuda);
+    let rss_after = peak_rss();
+    if args.json {
+        let out = serde_json::json!({
+            "model": args.model, "backend": kdtree_engine::registry::Backend::describe(&*cuda),
+            "mode": format!("{:?}", cuda.mode()), "copy_gbps": copy_gbps, "weights": weights,
+            "context": past, "forwards": rows, "greedy_decode_tokens_per_s": decode_tps,
+            "load_s": load_s, "peak_rss_before_load": rss_before, "peak_rss_after": rss_after,
+            "w4a16_variants": variants_json,
+        });
+        println!("{out}");
+        return Ok(());
+    }
+    print!("{variants}");
+    println!(
+        "{} on {}, {:?} mode; loaded in {load_s:.1} s, peak RSS {:.2} GB (before loading {:.2} GB)",
+        args.model.display(),
+        kdtree_engine::registry::Backend::describe(&*cuda),
+        cuda.mode(),
+        rss_after.unwrap_or(0) as f64 / 1e9,
+        rss_before.unwrap_or(0) as f64 / 1e9
+    );
+    println!(
+        "weights: {:.2} GB read by every forward, LM head {:.2} GB, {:.1} MB per routed expert x {} x {} MoE layers",
+        weights.dense as f64 / 1e9,
+        weights.lm_head as f64 / 1e9,
+        weights.expert as f64 / 1e6,
+        weights.experts_per_layer,
+        weights.moe_layers
+    );
+    print!("{}", table(&rows, copy_gbps));
+    if let Some(tps) = decode_tps {
+        println!("greedy decode after {past} tokens of context: {tps:.1} tokens/s");
+    }
+    Ok(())
+}
