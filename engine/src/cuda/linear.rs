@@ -69,12 +69,16 @@ impl CudaLinear {
     }
 
     pub(super) fn dense(b: &CudaBackend, w: &DenseWeight) -> Result<CudaLinear> {
-        let (dtype, bits): (Dtype, Vec<u16>) = match &w.values {
-            DenseValues::Bf16(v) => (Dtype::Bf16, v.iter().map(|x| x.to_bits()).collect()),
-            DenseValues::F16(v) => (Dtype::F16, v.iter().map(|x| x.to_bits()).collect()),
-            DenseValues::F32(v) => (Dtype::Bf16, v.iter().map(|&x| bf16::from_f32(x).to_bits()).collect()),
+        let s = b.stream();
+        let (dtype, w16) = match &w.values {
+            DenseValues::Bf16(v) => (Dtype::Bf16, s.clone_htod(bytemuck::cast_slice::<bf16, u16>(v))?),
+            DenseValues::F16(v) => (Dtype::F16, s.clone_htod(bytemuck::cast_slice::<half::f16, u16>(v))?),
+            DenseValues::F32(v) => {
+                let bits: Vec<u16> = v.iter().map(|&x| bf16::from_f32(x).to_bits()).collect();
+                (Dtype::Bf16, s.clone_htod(&bits)?)
+            }
         };
-        Ok(CudaLinear::Dense { n: w.n, k: w.k, dtype, w: b.stream().clone_htod(&bits)? })
+        Ok(CudaLinear::Dense { n: w.n, k: w.k, dtype, w: w16 })
     }
 
     /// Repacks `w` into the kernels' layout (every W4A16 variant reads the same one) and uploads it.
