@@ -184,8 +184,32 @@ fn the_default_slice_has_kimi_k2s_dimensions_and_sizes() {
 }
 
 #[test]
+fn the_cli_prints_the_sizes_of_a_dry_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args(["make-model", "--layers", "4", "--experts", "384", "--dry-run", "--json", "--out"])
+        .arg(dir.path().join("k2"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let expect = TinySpec::k2_slice(4, 384).summary().unwrap();
+    assert_eq!(v["total_bytes"], expect.total_bytes());
+    assert_eq!(v["int4_bytes"], expect.int4_bytes);
+    assert!(!dir.path().join("k2").exists(), "a dry run writes nothing");
+}
+
+#[test]
 fn a_spec_the_engine_could_not_load_is_refused_before_writing() {
     let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args(["make-model", "--experts", "4", "--out"])
+        .arg(dir.path().join("k2"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("num_experts_per_tok"), "{stderr}");
+    assert!(!dir.path().join("k2").exists());
     let odd = TinySpec { moe_intermediate_size: 48, ..scaled_down(0) };
     assert!(write_model(&dir.path().join("odd"), &odd, &|_| {}).is_err());
     assert!(!dir.path().join("odd").exists());

@@ -2,6 +2,7 @@
 
 mod backend;
 mod generate;
+mod make_model;
 mod make_tiny;
 
 use clap::{Parser, Subcommand};
@@ -22,6 +23,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Generate(generate::GenerateArgs),
+    MakeModel(make_model::MakeModelArgs),
     MakeTiny(make_tiny::MakeTinyArgs),
 }
 
@@ -29,6 +31,7 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<()> {
         match self.command {
             Command::Generate(args) => generate::run(args),
+            Command::MakeModel(args) => make_model::run(args),
             Command::MakeTiny(args) => make_tiny::run(args),
         }
     }
