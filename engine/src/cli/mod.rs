@@ -3,6 +3,7 @@
 mod backend;
 mod bench;
 mod generate;
+mod make_model;
 mod make_tiny;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +26,7 @@ pub struct Cli {
 enum Command {
     Generate(generate::GenerateArgs),
     Bench(bench::BenchArgs),
+    MakeModel(make_model::MakeModelArgs),
     MakeTiny(make_tiny::MakeTinyArgs),
 }
 
@@ -33,6 +35,7 @@ impl Cli {
         match self.command {
             Command::Generate(args) => generate::run(args),
             Command::Bench(args) => bench::run(args),
+            Command::MakeModel(args) => make_model::run(args),
             Command::MakeTiny(args) => make_tiny::run(args),
         }
     }
