@@ -24,7 +24,8 @@ pub struct ForwardRow {
     /// `bytes.total / copy bandwidth`.
     pub floor_us: f64,
     pub pct_of_floor: f64,
-    /// Time by op class in one profiled forward (each op synchronised, so the sum exceeds the median).
+    /// GPU time by op class in one profiled forward (CUDA events around each op; a wait for the host
+    /// before an op counts in its time).
     pub split_us: Vec<(String, f64)>,
 }
 
@@ -62,11 +63,12 @@ pub fn sweep(max: usize) -> Vec<usize> {
 pub fn table(rows: &[ForwardRow], copy_gbps: f64) -> String {
     let mut out = format!("copy bandwidth {copy_gbps:.0} GB/s (read + write), measured in this run\n");
     out += &format!(
-        "{:>4} {:>10} {:>10} {:>10} {:>8} {:>9} {:>9} {:>8}  split (one profiled forward, us)\n",
+        "{:>4} {:>10} {:>10} {:>10} {:>8} {:>9} {:>9} {:>8}  split (one forward, GPU us by op class)\n",
         "T", "median us", "p10", "p90", "experts", "MB read", "floor us", "% floor"
     );
     for r in rows {
-        let split: Vec<String> = r.split_us.iter().map(|(c, us)| format!("{c} {us:.0}")).collect();
+        // The six largest classes; the JSON has them all.
+        let split: Vec<String> = r.split_us.iter().take(6).map(|(c, us)| format!("{c} {us:.0}")).collect();
         out += &format!(
             "{:>4} {:>10.1} {:>10.1} {:>10.1} {:>8.1} {:>9.1} {:>9.1} {:>7.1}%  {}\n",
             r.t,

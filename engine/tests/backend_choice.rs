@@ -96,10 +96,11 @@ fn exact_mode_takes_the_dbs_pick_for_the_asked_bucket_for_every_m() {
     assert_eq!(p.general.variant, mma16);
     assert_eq!(p.general.source, Source::Tuned { bucket: 16, nearest: false });
     assert!([1, 9, 33, 128, 4096].iter().all(|&m| *p.variant_for(m) == mma16), "one variant for all M");
-    // M = 1 is tuned to a gemv variant, which cannot run a tree: the nearest bucket with one that can.
+    // M = 1 is tuned to a gemv variant of one row: it runs every M, a row per launch.
     let p = plan(&db, &e, ARCH, &SHAPE, Mode::Exact { m: 1 });
-    assert_eq!(p.general.variant, mma16);
-    assert_eq!(p.general.source, Source::Tuned { bucket: 16, nearest: true });
+    assert_eq!(p.general.variant, gemv);
+    assert_eq!(p.general.source, Source::Tuned { bucket: 1, nearest: false });
+    assert!([1, 9, 128].iter().all(|&m| *p.variant_for(m) == gemv), "one variant for all M");
 }
 
 #[test]
@@ -117,8 +118,9 @@ fn a_stale_or_missing_entry_falls_back_to_the_default_with_the_reason() {
     assert_eq!(p.general.variant, default_variant(&other_shape));
     assert_eq!(p.general.source, Source::Default { reason: "not in the tuning DB".into() });
 
-    let gemv_only = db(vec![entry(1, &variant(Algo::Gemv, 1, 1), &env())]);
-    let p = plan(&gemv_only, &env(), ARCH, &SHAPE, Mode::Exact { m: 1 });
+    // Fast mode's variant beyond the buckets must serve every M in one launch: not a gemv.
+    let gemv_only = db(vec![entry(128, &variant(Algo::Gemv, 1, 1), &env())]);
+    let p = plan(&gemv_only, &env(), ARCH, &SHAPE, Mode::Fast);
     assert!(matches!(&p.general.source, Source::Default { reason } if reason.contains("every M")), "{p:?}");
 }
 

@@ -119,7 +119,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let experts = cuda.take_experts_launched() as f64 / (args.reps * weights.moe_layers.max(1)) as f64;
         cuda.start_profile();
         forward(&mut cache)?;
-        let split_us = cuda.take_profile();
+        let split_us = cuda.take_profile()?;
         cuda.take_experts_launched();
         let timing = Timing::from_samples(samples);
         let bytes = ReadBytes::of(&weights, experts, past + t, kv_entry);

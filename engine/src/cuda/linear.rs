@@ -123,12 +123,24 @@ pub(super) fn int4_half(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaL
     let (v, f) = kernels.for_rows(m)?;
     let s = b.stream();
     let mut y = b.output::<u16>(m * n)?;
-    // Zeroed: split-K variants keep their tile counters here (the kernel leaves them at zero); other
-    // variants never touch it.
-    let len = w4a16::workspace_len(v, m, *n);
+    // A row-limited variant (stream, gemv) runs blocks of its `bm` rows, one launch each: rows are
+    // independent in every variant, so each row's bits are those of any other split.
+    let block = if v.algo.has_row_limit() { v.bm as usize } else { m };
+    // Zeroed: split-K variants keep their tile counters here and leave them at zero, so the blocks
+    // can share it; other variants never touch it.
+    let len = w4a16::workspace_len(v, block.min(m), *n);
     let mut workspace = if len == 0 { b.output::<f32>(1)? } else { s.alloc_zeros::<f32>(len)? };
-    let buffers = GemmBuffers { x, packed, scales, y: &mut y, workspace: &mut workspace };
-    w4a16::launch(b.gpu(), f, v, m, *n, *k, buffers)?;
+    for start in (0..m).step_by(block) {
+        let rows = block.min(m - start);
+        let buffers = GemmBuffers {
+            x: x.slice(start * k..(start + rows) * k),
+            packed,
+            scales,
+            y: y.slice_mut(start * n..(start + rows) * n),
+            workspace: &mut workspace,
+        };
+        w4a16::launch(b.gpu(), f, v, rows, *n, *k, buffers)?;
+    }
     Ok(y)
 }
 

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaEvent, CudaStream};
 use kdtree_jit::kernel::Kernels;
 use kdtree_jit::tune::db::TuningDb;
 use kdtree_jit::tune::env::Environment;
@@ -69,8 +69,8 @@ pub struct CudaBackend {
     shapes: Mutex<BTreeMap<WeightShape, Arc<ShapeKernels>>>,
     /// Experts launched by MoE layers since the last [`CudaBackend::take_experts_launched`].
     experts_launched: AtomicUsize,
-    /// While profiling: microseconds by op class, each op synchronised before and after.
-    profile: Mutex<Option<BTreeMap<&'static str, f64>>>,
+    /// While profiling: each op's class and the events recorded around it on the stream.
+    profile: Mutex<Option<Vec<(String, CudaEvent, CudaEvent)>>>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -154,29 +154,35 @@ impl CudaBackend {
         self.experts_launched.swap(0, Ordering::Relaxed)
     }
 
-    /// Starts timing ops by class (each synchronised: slower, for the split of a forward only).
+    /// Starts timing ops by class: CUDA events around each op, so the time of an op is the GPU's
+    /// from reaching it to finishing it, host bubbles before it included.
     pub fn start_profile(&self) {
-        *self.profile.lock().unwrap_or_else(|p| p.into_inner()) = Some(BTreeMap::new());
+        *self.profile.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
     }
 
-    /// Stops profiling; microseconds by op class since [`Self::start_profile`].
-    pub fn take_profile(&self) -> Vec<(String, f64)> {
-        let taken = self.profile.lock().unwrap_or_else(|p| p.into_inner()).take();
-        taken.unwrap_or_default().into_iter().map(|(c, us)| (c.to_owned(), us)).collect()
+    /// Stops profiling; microseconds by op class since [`Self::start_profile`], largest first.
+    pub fn take_profile(&self) -> Result<Vec<(String, f64)>> {
+        let taken = self.profile.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
+        let mut by_class: BTreeMap<String, f64> = BTreeMap::new();
+        for (class, start, end) in taken {
+            *by_class.entry(class).or_default() += 1e3 * f64::from(start.elapsed_ms(&end)?);
+        }
+        let mut out: Vec<(String, f64)> = by_class.into_iter().collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(out)
     }
 
     /// Runs `op`, timed under `class` while profiling.
-    fn timed<T>(&self, class: &'static str, op: impl FnOnce() -> Result<T>) -> Result<T> {
+    fn timed<T>(&self, class: impl FnOnce() -> String, op: impl FnOnce() -> Result<T>) -> Result<T> {
         if self.profile.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
             return op();
         }
-        self.synchronize()?;
-        let start = std::time::Instant::now();
+        let event = || self.stream().record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT));
+        let start = event()?;
         let out = op()?;
-        self.synchronize()?;
-        let us = start.elapsed().as_secs_f64() * 1e6;
+        let end = event()?;
         if let Some(p) = self.profile.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            *p.entry(class).or_default() += us;
+            p.push((class(), start, end));
         }
         Ok(out)
     }
@@ -228,8 +234,13 @@ impl CudaBackend {
 }
 
 /// Profile classes of the small kernels and of attention (with its cache writes).
-const REST: &str = "rest";
-const ATTENTION: &str = "attention";
+fn rest() -> String {
+    "rest".to_owned()
+}
+
+fn attention() -> String {
+    "attention".to_owned()
+}
 
 fn shape_error(op: &str, reason: String) -> EngineError {
     EngineError::InvalidArgument(format!("{op}: {reason}"))
@@ -281,7 +292,7 @@ impl Backend for CudaBackend {
         let CudaLinear::Dense { n, k, dtype, w } = table else {
             return Err(shape_error("embedding", "the table is INT4; embeddings must be dense".into()));
         };
-        self.timed(REST, || {
+        self.timed(rest, || {
             let mut out = self.tensor(batch.n, *k)?;
             ops::embedding(&self.kernels, w, *dtype, *n, *k, &batch.tokens, &mut out.data)?;
             Ok(out)
@@ -289,7 +300,7 @@ impl Backend for CudaBackend {
     }
 
     fn rmsnorm(&self, x: &CudaTensor, weight: &Self::Vector, eps: f32) -> Result<CudaTensor> {
-        self.timed(REST, || {
+        self.timed(rest, || {
             let mut out = self.tensor(x.rows, x.cols)?;
             kdtree_kernels::rmsnorm(&self.kernels, &x.data, weight, eps, &mut out.data)?;
             Ok(out)
@@ -297,19 +308,22 @@ impl Backend for CudaBackend {
     }
 
     fn linear(&self, x: &CudaTensor, w: &CudaLinear) -> Result<CudaTensor> {
-        let class = if matches!(w, CudaLinear::Int4 { .. }) { "W4A16" } else { "bf16 GEMM" };
+        let class = || {
+            let kind = if matches!(w, CudaLinear::Int4 { .. }) { "W4A16" } else { "bf16 GEMM" };
+            format!("{kind} {}x{}", w.n(), w.k())
+        };
         self.timed(class, || linear::forward(self, x, w))
     }
 
     fn add_assign(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
-        self.timed(REST, || ops::add_assign(&self.kernels, &mut x.data, &y.data))
+        self.timed(rest, || ops::add_assign(&self.kernels, &mut x.data, &y.data))
     }
 
     fn silu_mul(&self, x: &CudaTensor) -> Result<CudaTensor> {
         if x.cols % 2 != 0 {
             return Err(shape_error("silu_mul", format!("rows of {} do not split in halves", x.cols)));
         }
-        self.timed(REST, || {
+        self.timed(rest, || {
             let mut half = self.output::<u16>(x.len() / 2)?;
             ops::silu_mul_halves_f32_to_bf16(&self.kernels, &x.data, x.rows, x.cols, &mut half)?;
             let mut out = self.tensor(x.rows, x.cols / 2)?;
@@ -319,7 +333,7 @@ impl Backend for CudaBackend {
     }
 
     fn columns(&self, x: &CudaTensor, start: usize, len: usize) -> Result<CudaTensor> {
-        self.timed(REST, || {
+        self.timed(rest, || {
             let mut out = self.tensor(x.rows, len)?;
             ops::copy_cols(&self.kernels, &x.data, x.rows, x.cols, start, len, &mut out.data)?;
             Ok(out)
@@ -337,7 +351,7 @@ impl Backend for CudaBackend {
         if x.rows != batch.n {
             return Err(shape_error("rope", format!("{} rows for a batch of {}", x.rows, batch.n)));
         }
-        self.timed(REST, || ops::rope(&self.kernels, &mut x.data, x.rows, x.cols, span, &batch.positions, cos, sin))
+        self.timed(rest, || ops::rope(&self.kernels, &mut x.data, x.rows, x.cols, span, &batch.positions, cos, sin))
     }
 
     fn kv_append(&self, cache: &mut CudaKv, layer: usize, kv: &CudaTensor, k_rope: &CudaTensor) -> Result<()> {
@@ -347,7 +361,7 @@ impl Backend for CudaBackend {
         let capacity = cache.capacity;
         let (k, v) =
             cache.layers.get_mut(layer).ok_or_else(|| shape_error("kv_append", format!("no layer {layer}")))?;
-        self.timed(ATTENTION, || {
+        self.timed(attention, || {
             ops::kv_append(&self.kernels, &kv.data, &k_rope.data, kv.rows, heads, start, capacity, k, v)
         })
     }
@@ -355,7 +369,7 @@ impl Backend for CudaBackend {
     fn attention(&self, q: &CudaTensor, cache: &CudaKv, layer: usize, batch: &CudaBatch) -> Result<CudaTensor> {
         let h = cache.heads;
         let (k, v) = cache.layers.get(layer).ok_or_else(|| shape_error("attention", format!("no layer {layer}")))?;
-        self.timed(ATTENTION, || {
+        self.timed(attention, || {
             let mut out = self.tensor(batch.n, h.heads * h.v)?;
             ops::attention(&self.kernels, &q.data, k, v, &batch.mask, cache.len(), batch.n, h, &mut out.data)?;
             Ok(out)
@@ -363,11 +377,11 @@ impl Backend for CudaBackend {
     }
 
     fn moe(&self, x: &CudaTensor, experts: &CudaExperts) -> Result<CudaTensor> {
-        self.timed("MoE (router, W4A16 experts)", || moe::forward(self, x, experts))
+        self.timed(|| "MoE (router, W4A16 experts)".to_owned(), || moe::forward(self, x, experts))
     }
 
     fn argmax(&self, x: &CudaTensor) -> Result<Vec<u32>> {
-        self.timed(REST, || {
+        self.timed(rest, || {
             let mut out = self.output::<u32>(x.rows)?;
             kdtree_kernels::argmax(&self.kernels, &x.data, x.cols, &mut out)?;
             Ok(self.stream().clone_dtoh(&out)?)

@@ -6,7 +6,8 @@
 //! along K, its split-K), so the same variant computes a row identically whatever M is (rows are
 //! independent inside the kernels: partial tiles are zero-filled, split-K partials are added in
 //! split order). Two variants do not. [`Mode::Exact`] therefore runs one variant per weight shape
-//! for every M; [`Mode::Fast`] runs the DB's best per M bucket and gives that equality up.
+//! for every M, a row-limited one (stream, gemv) in blocks of its `bm` rows; [`Mode::Fast`] runs
+//! the DB's best per M bucket and gives that equality up.
 
 use kdtree_jit::tune::db::{Entry, Match, TuningDb};
 use kdtree_jit::tune::env::Environment;
@@ -19,8 +20,8 @@ use serde::Serialize;
 /// How variants are picked across M.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// One variant per weight shape for every M: the DB's best for the M bucket of `m` among the
-    /// variants that serve any M (gemv variants stop at their `bm` rows, so they are skipped).
+    /// One variant per weight shape for every M: the DB's best for the M bucket of `m`. A variant
+    /// with a row limit (stream, gemv: `bm` rows) runs more rows in blocks of `bm`, one launch each.
     /// Tree and one-token forwards then agree bit for bit. The default.
     Exact { m: usize },
     /// The DB's best per M bucket: faster at small M, but a tree forward and a one-token forward may
@@ -120,7 +121,7 @@ pub fn default_variant(shape: &WeightShape) -> W4a16 {
 pub fn plan(db: &TuningDb, env: &Environment, arch: Arch, shape: &WeightShape, mode: Mode) -> Plan {
     let ask = |m: usize, rows: usize| choose(db, env, arch, shape, m, rows);
     match mode {
-        Mode::Exact { m } => Plan { general: ask(m, EVERY_M), by_bucket: Vec::new() },
+        Mode::Exact { m } => Plan { general: ask(m, 1), by_bucket: Vec::new() },
         Mode::Fast => {
             let largest = *M_BUCKETS.last().expect("buckets") as usize;
             let by_bucket = M_BUCKETS

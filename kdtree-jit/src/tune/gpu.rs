@@ -92,8 +92,13 @@ impl Runner for W4a16Runner<'_> {
         let name = crate::Variant::name(v);
         let f = kernels.get(&name).ok_or_else(|| TuneError::Problem(format!("{name} was not compiled")))?;
         let b = &mut *self.buffers;
-        let buffers =
-            GemmBuffers { x: &b.x, packed: &b.packed, scales: &b.scales, y: &mut b.y, workspace: &mut b.workspace };
+        let buffers = GemmBuffers {
+            x: b.x.as_view(),
+            packed: &b.packed,
+            scales: &b.scales,
+            y: b.y.as_view_mut(),
+            workspace: &mut b.workspace,
+        };
         Ok(w4a16::launch(self.gpu, f, v, self.m, n, k, buffers)?)
     }
 

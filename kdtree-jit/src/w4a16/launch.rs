@@ -1,7 +1,7 @@
 //! Launching a W4A16 variant: grid, block, shared memory and the split-K workspace.
 
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
 use kdtree_quant::QuantizedWeight;
 
@@ -13,14 +13,15 @@ use crate::{AxisValue, Error, Gpu, Result, Variant};
 /// The device buffers of one GEMM. `workspace` must hold [`workspace_len`] elements and be zeroed
 /// once when allocated: split-K variants keep their tile counters there and leave them at zero.
 pub struct GemmBuffers<'a> {
-    /// X, [M, K] row-major, activation dtype bits.
-    pub x: &'a CudaSlice<u16>,
+    /// X, [M, K] row-major, activation dtype bits: a view, so that a block of rows of a larger
+    /// buffer can be one launch's X.
+    pub x: CudaView<'a, u16>,
     /// [`crate::w4a16::DeviceWeights::packed`].
     pub packed: &'a CudaSlice<u32>,
     /// [`crate::w4a16::DeviceWeights::scales`].
     pub scales: &'a CudaSlice<u16>,
     /// Y, [M, N] row-major, activation dtype bits.
-    pub y: &'a mut CudaSlice<u16>,
+    pub y: CudaViewMut<'a, u16>,
     pub workspace: &'a mut CudaSlice<f32>,
 }
 
@@ -103,7 +104,8 @@ pub fn launch(gpu: &Gpu, f: &CudaFunction, v: &W4a16, m: usize, n: usize, k: usi
     };
     let (m, n, k) = (m as i32, n as i32, k as i32);
     let mut args = gpu.stream.launch_builder(f);
-    args.arg(b.x).arg(b.packed).arg(b.scales).arg(b.y).arg(b.workspace).arg(&m).arg(&n).arg(&k);
+    let (x, mut y) = (b.x, b.y);
+    args.arg(&x).arg(b.packed).arg(b.scales).arg(&mut y).arg(b.workspace).arg(&m).arg(&n).arg(&k);
     // SAFETY: the argument list matches the templates' kernel signature (x, packed, scales, y,
     // workspace, m, n, k); every buffer was checked above to hold what the kernel indexes.
     unsafe { args.launch(cfg) }?;
@@ -118,7 +120,13 @@ pub fn gemm_host(gpu: &Gpu, f: &CudaFunction, v: &W4a16, x: &[u16], m: usize, w:
     let (xd, packed, scales) = (s.clone_htod(x)?, s.clone_htod(&d.packed)?, s.clone_htod(&d.scales)?);
     let mut y = s.alloc_zeros::<u16>(m * w.n)?;
     let mut workspace = s.alloc_zeros::<f32>(workspace_len(v, m, w.n).max(1))?;
-    let b = GemmBuffers { x: &xd, packed: &packed, scales: &scales, y: &mut y, workspace: &mut workspace };
+    let b = GemmBuffers {
+        x: xd.as_view(),
+        packed: &packed,
+        scales: &scales,
+        y: y.as_view_mut(),
+        workspace: &mut workspace,
+    };
     launch(gpu, f, v, m, w.n, w.k, b)?;
     Ok(s.clone_dtoh(&y)?)
 }

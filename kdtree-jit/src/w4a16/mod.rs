@@ -37,7 +37,7 @@
 //! let scales = gpu.stream.clone_htod(&dev.scales)?;
 //! let mut y = gpu.stream.alloc_zeros::<u16>(m * n)?;
 //! let mut workspace = gpu.stream.alloc_zeros::<f32>(w4a16::workspace_len(&v, m, n).max(1))?;
-//! let b = GemmBuffers { x: &x, packed: &packed, scales: &scales, y: &mut y, workspace: &mut workspace };
+//! let b = GemmBuffers { x: x.as_view(), packed: &packed, scales: &scales, y: y.as_view_mut(), workspace: &mut workspace };
 //! w4a16::launch(&gpu, &f, &v, m, n, k, b)?;
 //! # Ok(()) }
 //! ```
