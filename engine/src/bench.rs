@@ -54,6 +54,13 @@ impl ReadBytes {
     }
 }
 
+/// The peak resident set of this process so far, bytes (Linux `VmHWM`; `None` elsewhere).
+pub fn peak_rss() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim();
+    kb.parse::<usize>().ok().map(|kb| kb * 1024)
+}
+
 /// The Ts of a sweep: powers of two from 1 to `max`.
 pub fn sweep(max: usize) -> Vec<usize> {
     std::iter::successors(Some(1usize), |t| t.checked_mul(2)).take_while(|&t| t <= max).collect()

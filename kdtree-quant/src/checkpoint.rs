@@ -99,9 +99,16 @@ impl SafetensorsFile {
     /// Lets the OS drop the pages of tensor `name` from memory (they are read again from the file if
     /// the tensor is taken again): what a loader calls once it has copied a tensor elsewhere.
     pub fn release(&self, name: &str) {
+        self.release_part(name, 0..usize::MAX);
+    }
+
+    /// [`Self::release`] for bytes `range` of the tensor's data only (clamped to it): a loader copying
+    /// a large tensor drops its pages as it goes, so the map never holds much of it at once.
+    pub fn release_part(&self, name: &str, range: std::ops::Range<usize>) {
         let Ok(info) = self.info(name) else { return };
         let (start, end) = info.data_offsets;
-        // Whole pages inside the tensor only: a page shared with a neighbour stays.
+        let (start, end) = (start + range.start.min(end - start), start + range.end.min(end - start));
+        // Whole pages inside the range only: a page shared with a neighbour stays.
         let page = 4096;
         let from = (self.data_start + start).div_ceil(page) * page;
         let to = (self.data_start + end) / page * page;

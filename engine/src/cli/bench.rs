@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use kdtree_engine::bench::{ForwardRow, ReadBytes, sweep, table};
+use kdtree_engine::bench::{ForwardRow, ReadBytes, peak_rss, sweep, table};
 use kdtree_engine::registry::KvStore;
 use kdtree_engine::{Model, greedy_generate_timed};
 use kdtree_jit::tune::bench::Timing;
@@ -47,13 +47,6 @@ pub struct BenchArgs {
     json: bool,
     #[command(flatten)]
     backend: BackendArgs,
-}
-
-/// The peak resident set of this process so far, bytes (Linux `VmHWM`).
-pub fn peak_rss() -> Option<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim();
-    kb.parse::<usize>().ok().map(|kb| kb * 1024)
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {

@@ -4,6 +4,7 @@ use anyhow::Context;
 use clap::Args;
 use std::sync::Arc;
 
+use kdtree_engine::bench::peak_rss;
 use kdtree_engine::cpu::CpuBackend;
 use kdtree_engine::registry::Backend;
 use kdtree_engine::spec::SpecArgs;
@@ -51,6 +52,7 @@ fn run_on<B: Backend>(
     backend: Arc<B>,
     variants: impl Fn(&Model<B>) -> (String, serde_json::Value),
 ) -> anyhow::Result<()> {
+    let rss_before_load = peak_rss();
     let model = Model::load_on(&args.model, backend).with_context(|| format!("loading {}", args.model.display()))?;
     let (variants, variants_json) = variants(&model);
     // With --json, stdout holds one JSON object: the table goes to stderr (and into the object).
@@ -77,6 +79,7 @@ fn run_on<B: Backend>(
             "w4a16_variants": variants_json,
             "prefill_s": prefill_s, "decode_s": decode_s,
             "prefill_tokens_per_s": prefill_tps, "decode_tokens_per_s": decode_tps,
+            "peak_rss_before_load_bytes": rss_before_load, "peak_rss_bytes": peak_rss(),
         });
         println!("{out}");
     } else {

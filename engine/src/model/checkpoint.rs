@@ -11,6 +11,9 @@ use safetensors::Dtype as StDtype;
 use crate::error::{EngineError, Result};
 use crate::registry::{DenseValues, DenseWeight, HostLinear};
 
+/// Bytes of a tensor copied out of the map before its pages are dropped.
+const COPY_BLOCK: usize = 8 << 20;
+
 pub(crate) struct Checkpoint {
     files: Vec<SafetensorsFile>,
     /// Tensor name -> index into `files`.
@@ -95,14 +98,18 @@ impl Checkpoint {
             });
         }
         let data = t.data();
+        // Copied a block at a time, each block's mapped pages dropped once copied: the map never holds
+        // more than a block of the tensor beside its copy.
+        let blocks = |width: usize| {
+            data.chunks(COPY_BLOCK).enumerate().flat_map(move |(i, block)| {
+                file.release_part(name, 0..i * COPY_BLOCK);
+                block.chunks_exact(width)
+            })
+        };
         let values = match t.dtype() {
-            StDtype::BF16 => {
-                DenseValues::Bf16(data.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]])).collect())
-            }
-            StDtype::F16 => DenseValues::F16(data.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]])).collect()),
-            StDtype::F32 => {
-                DenseValues::F32(data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
-            }
+            StDtype::BF16 => DenseValues::Bf16(blocks(2).map(|b| bf16::from_le_bytes([b[0], b[1]])).collect()),
+            StDtype::F16 => DenseValues::F16(blocks(2).map(|b| f16::from_le_bytes([b[0], b[1]])).collect()),
+            StDtype::F32 => DenseValues::F32(blocks(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()),
             other => {
                 return Err(EngineError::UnsupportedDtype {
                     file: path,
