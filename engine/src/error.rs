@@ -53,6 +53,9 @@ pub enum EngineError {
     #[error("position {position} is beyond the rotary table of {max} positions")]
     PositionOutOfRange { position: usize, max: usize },
 
+    #[error("{prompt} prompt tokens and {max_new} new tokens do not fit the context of {context} positions: {limit}")]
+    ContextExceeded { prompt: usize, max_new: usize, context: usize, limit: String },
+
     #[error(transparent)]
     Gpu(#[from] kdtree_jit::Error),
 

@@ -12,9 +12,13 @@
 //! | YaRN `factor` | finite, ≥ 1 | the context extension ratio: DeepSeek's `precompute_freqs_cis` divides the slow frequencies by it and its mscale takes ln(factor); transformers' `_validate_yarn_parameters` asks ≥ 1 too |
 //! | YaRN `beta_fast`, `beta_slow` | finite, > 0 | rotation counts inside ln(L / (2π β)) |
 //! | YaRN `mscale`, `mscale_all_dim` | finite, ≥ 0 | coefficients m of the attention temperature 0.1 m ln(factor) + 1, which must stay ≥ 1 |
+//!
+//! The rotary table is built for at most [`Config::MAX_ROTARY_POSITIONS`] positions whatever
+//! `max_position_embeddings` says ([`Config::context_len`]): a run needs no more than its prompt and
+//! new tokens, and the table costs 256 bytes a position for a 64-wide rotary head.
 
 use super::{Config, Yarn};
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::model::json::err;
 
 impl Config {
@@ -22,8 +26,30 @@ impl Config {
     pub const MAX_DIM: usize = 1 << 20;
     /// The most `max_position_embeddings` (and YaRN's original context) may be.
     pub const MAX_POSITIONS: usize = 1 << 24;
+    /// The most positions the rotary table holds: Kimi K2's whole context (DeepSeek-V3's is 163840).
+    pub const MAX_ROTARY_POSITIONS: usize = 1 << 18;
     /// The largest `routed_scaling_factor` accepted.
     pub const MAX_ROUTED_SCALING: f64 = 1e3;
+
+    /// The positions a run may use: `max_position_embeddings`, at most [`Self::MAX_ROTARY_POSITIONS`].
+    pub fn context_len(&self) -> usize {
+        self.max_position_embeddings.min(Self::MAX_ROTARY_POSITIONS)
+    }
+
+    /// Whether `prompt` tokens followed by `max_new` generated ones fit the context: the last new
+    /// token is never fed back, so positions `0..prompt + max_new - 1` are used.
+    pub fn check_context(&self, prompt: usize, max_new: usize) -> Result<()> {
+        let context = self.context_len();
+        let needed = prompt.checked_add(max_new.saturating_sub(1));
+        if needed.is_some_and(|n| n <= context) {
+            return Ok(());
+        }
+        let mut limit = format!("`max_position_embeddings` in config.json is {}", self.max_position_embeddings);
+        if context < self.max_position_embeddings {
+            limit += &format!(", and the engine's rotary table holds at most {context} positions");
+        }
+        Err(EngineError::ContextExceeded { prompt, max_new, context, limit })
+    }
 
     /// The value checks of everything but the rotary keys (which [`check_rope`] does as they are read).
     pub(super) fn check(&self, file: &str) -> Result<()> {
@@ -205,5 +231,22 @@ mod tests {
         }
         assert_names(&refused(|v| v["hidden_size"] = json!(0)), &["`hidden_size`", "is 0", "1..="]);
         assert_names(&refused(|v| v["q_lora_rank"] = json!(0)), &["`q_lora_rank`", "is 0"]);
+    }
+
+    #[test]
+    fn the_rotary_table_and_the_context_are_capped() {
+        let mut v = base();
+        v["max_position_embeddings"] = json!(1 << 24);
+        let c = Config::parse("config.json", &v).unwrap();
+        assert_eq!(c.context_len(), Config::MAX_ROTARY_POSITIONS);
+        let e = c.check_context(3, Config::MAX_ROTARY_POSITIONS).unwrap_err().to_string();
+        assert_names(&e, &["max_position_embeddings", "16777216", "at most 262144"]);
+
+        let c = Config::parse("config.json", &base()).unwrap();
+        // The last new token is never fed back: 3 + 510 tokens use positions 0..512.
+        assert!(c.check_context(3, 510).is_ok() && c.check_context(512, 1).is_ok());
+        let e = c.check_context(3, 511).unwrap_err().to_string();
+        assert_names(&e, &["3 prompt tokens", "511 new", "512 positions", "`max_position_embeddings` in config.json"]);
+        assert!(c.check_context(3, usize::MAX).is_err() && c.check_context(usize::MAX, 2).is_err());
     }
 }
