@@ -30,6 +30,8 @@ pub struct Config {
     pub intermediate_size: usize,
     pub moe_intermediate_size: usize,
     pub num_hidden_layers: usize,
+    /// DeepSeek-V3's multi-token-prediction layers, stored after the others; the engine does not run them.
+    pub num_nextn_predict_layers: usize,
     pub num_attention_heads: usize,
     /// `None`: queries come from one `q_proj`, not the low-rank `q_a_proj`/`q_b_proj` pair.
     pub q_lora_rank: Option<usize>,
@@ -100,6 +102,7 @@ impl Config {
             intermediate_size: c.usize("intermediate_size")?,
             moe_intermediate_size: c.usize_or("moe_intermediate_size", 2048)?,
             num_hidden_layers: c.usize("num_hidden_layers")?,
+            num_nextn_predict_layers: c.usize_or("num_nextn_predict_layers", 0)?,
             num_attention_heads: c.usize("num_attention_heads")?,
             q_lora_rank: if c.map.contains_key("q_lora_rank") { c.opt_usize("q_lora_rank")? } else { Some(1536) },
             kv_lora_rank: c.usize_or("kv_lora_rank", 512)?,

@@ -51,6 +51,36 @@ impl Config {
         Err(EngineError::ContextExceeded { prompt, max_new, context, limit })
     }
 
+    /// Checks that a checkpoint holding the tensors `names` has no decoder layer beyond the config's
+    /// `num_hidden_layers` (plus `num_nextn_predict_layers`, DeepSeek-V3's multi-token-prediction
+    /// layer, which the engine does not run): such layers would silently be ignored. `config_file`
+    /// names config.json in the error.
+    pub fn check_checkpoint_layers<'a>(
+        &self,
+        config_file: &str,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<()> {
+        let allowed = self.num_hidden_layers + self.num_nextn_predict_layers;
+        // A layer number too long for u64 is certainly beyond the config's.
+        let beyond = names
+            .into_iter()
+            .filter_map(|name| name.strip_prefix("model.layers.")?.split('.').next())
+            .filter(|index| !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()))
+            .map(|index| index.parse::<u64>().unwrap_or(u64::MAX))
+            .filter(|&index| index >= allowed as u64)
+            .max();
+        let Some(index) = beyond else { return Ok(()) };
+        let mut reason = format!("is {}", self.num_hidden_layers);
+        if self.num_nextn_predict_layers > 0 {
+            reason += &format!(" (and num_nextn_predict_layers {})", self.num_nextn_predict_layers);
+        }
+        reason += &format!(
+            ", but the checkpoint holds layer {index} (model.layers.{index}.*): layers beyond the config's would be \
+             ignored"
+        );
+        Err(err(config_file, "num_hidden_layers", reason))
+    }
+
     /// The value checks of everything but the rotary keys (which [`check_rope`] does as they are read).
     pub(super) fn check(&self, file: &str) -> Result<()> {
         let mut dims = vec![
@@ -71,6 +101,7 @@ impl Config {
             ("n_shared_experts", self.n_shared_experts, 0),
             ("n_group", self.n_group, 0),
             ("topk_group", self.topk_group, 0),
+            ("num_nextn_predict_layers", self.num_nextn_predict_layers, 0),
         ];
         if let Some(rank) = self.q_lora_rank {
             dims.push(("q_lora_rank", rank, 1));
@@ -248,5 +279,26 @@ mod tests {
         let e = c.check_context(3, 511).unwrap_err().to_string();
         assert_names(&e, &["3 prompt tokens", "511 new", "512 positions", "`max_position_embeddings` in config.json"]);
         assert!(c.check_context(3, usize::MAX).is_err() && c.check_context(usize::MAX, 2).is_err());
+    }
+
+    #[test]
+    fn layers_beyond_the_config_are_an_error_naming_num_hidden_layers() {
+        let c = Config::parse("config.json", &base()).unwrap();
+        let names = ["model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight", "model.layers.1.x", "lm_head"];
+        assert!(c.check_checkpoint_layers("config.json", names).is_ok());
+        let e =
+            c.check_checkpoint_layers("m/config.json", ["model.layers.1.a", "model.layers.3.b", "model.layers.2.c"]);
+        let m = e.unwrap_err().to_string();
+        assert_names(&m, &["m/config.json", "`num_hidden_layers`", "is 2", "layer 3"]);
+        let huge = "model.layers.99999999999999999999999.x";
+        assert!(c.check_checkpoint_layers("config.json", [huge]).is_err());
+        // Not a layer number: not a layer.
+        assert!(c.check_checkpoint_layers("config.json", ["model.layers.x.y", "model.layers..z"]).is_ok());
+        // DeepSeek-V3 ships its multi-token-prediction layer as model.layers.{num_hidden_layers}.
+        let mut v = base();
+        v["num_nextn_predict_layers"] = json!(1);
+        let c = Config::parse("config.json", &v).unwrap();
+        assert!(c.check_checkpoint_layers("config.json", ["model.layers.2.eh_proj.weight"]).is_ok());
+        assert!(c.check_checkpoint_layers("config.json", ["model.layers.3.eh_proj.weight"]).is_err());
     }
 }
