@@ -11,9 +11,9 @@ use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::dtype::Dtype;
 use crate::error::{QuantError, Result};
-use crate::int4;
 use crate::scales::Scales;
 use crate::weight::{QuantizedWeight, check_group};
+use crate::int4;
 
 /// An owned tensor to be written: dtype, shape and little-endian bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +84,20 @@ impl SafetensorsFile {
     /// otherwise it is inferred from them.
     pub fn quantized_weight(&self, prefix: &str, group_size: Option<usize>) -> Result<QuantizedWeight> {
         let (n, k) = self.weight_shape(prefix)?;
+        // weight_shape is checked against the stored words first: every later expectation derives from it.
+        let packed_name = format!("{prefix}.weight_packed");
+        let packed = self.tensor(&packed_name)?;
+        expect_dtype(&packed_name, &packed, StDtype::I32)?;
+        let words = [n, k.div_ceil(int4::PER_WORD)];
+        if packed.shape() != words {
+            return Err(QuantError::WeightShapeMismatch {
+                shape_tensor: format!("{prefix}.weight_shape"),
+                declared: [n, k],
+                packed_tensor: packed_name,
+                stored: packed.shape().to_vec(),
+                expected: words,
+            });
+        }
         let scale_name = format!("{prefix}.weight_scale");
         let scale = self.tensor(&scale_name)?;
         let dtype = Dtype::from_safetensors(scale.dtype()).ok_or_else(|| QuantError::DtypeMismatch {
@@ -104,11 +118,6 @@ impl SafetensorsFile {
         };
         check_group(prefix, k, group_size)?;
         expect_shape(&scale_name, &scale, &[n, k / group_size])?;
-
-        let packed_name = format!("{prefix}.weight_packed");
-        let packed = self.tensor(&packed_name)?;
-        expect_dtype(&packed_name, &packed, StDtype::I32)?;
-        expect_shape(&packed_name, &packed, &[n, k.div_ceil(int4::PER_WORD)])?;
 
         QuantizedWeight::from_parts(
             prefix,

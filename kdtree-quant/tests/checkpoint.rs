@@ -77,7 +77,11 @@ fn shapes_and_dtypes_that_disagree_are_errors() {
     let mut t = base.clone();
     replace(&mut t, "blk.weight_packed", Tensor::new(St::I32, vec![2, 7], &[0i32; 14]));
     let err = SafetensorsFile::open(&write(&dir, &t)).unwrap().quantized_weight("blk", None).unwrap_err();
-    assert!(matches!(&err, QuantError::ShapeMismatch { tensor, .. } if tensor == "blk.weight_packed"), "{err}");
+    assert!(
+        matches!(&err, QuantError::WeightShapeMismatch { packed_tensor, stored, expected: [2, 8], .. }
+            if packed_tensor == "blk.weight_packed" && stored == &[2, 7]),
+        "{err}"
+    );
 
     let mut t = base.clone();
     replace(&mut t, "blk.weight_packed", Tensor::new(St::F32, vec![2, 8], &[0f32; 16]));
@@ -121,4 +125,20 @@ fn truncated_and_garbage_files_are_errors() {
     assert!(matches!(SafetensorsFile::open(&path), Err(QuantError::MalformedFile { .. })));
     let missing = dir.path().join("absent.safetensors");
     assert!(matches!(SafetensorsFile::open(&missing), Err(QuantError::Io { .. })));
+}
+
+#[test]
+fn an_absurd_weight_shape_is_reported_against_the_stored_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = sample(2, 64, 32, Dtype::F16, 1).to_tensors("blk");
+    replace(&mut t, "blk.weight_shape", Tensor::new(St::I64, vec![2], &[1i64 << 62, 64]));
+    let err = SafetensorsFile::open(&write(&dir, &t)).unwrap().quantized_weight("blk", Some(32)).unwrap_err();
+    let message = err.to_string();
+    assert_eq!(err.tensor(), Some("blk.weight_shape"));
+    assert!(
+        message.contains("blk.weight_packed is stored as [2, 8]")
+            && message.contains("blk.weight_shape = [4611686018427387904, 64]"),
+        "{message}"
+    );
+    assert!(!message.contains("blk.weight_scale"), "the scales are not to blame: {message}");
 }
