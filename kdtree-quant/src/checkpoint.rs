@@ -13,7 +13,7 @@ use crate::dtype::Dtype;
 use crate::error::{QuantError, Result};
 use crate::scales::Scales;
 use crate::weight::{QuantizedWeight, check_group};
-use crate::int4;
+use crate::{header, int4};
 
 /// An owned tensor to be written: dtype, shape and little-endian bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +52,7 @@ impl SafetensorsFile {
         let bytes =
             std::fs::read(path).map_err(|source| QuantError::Io { file: path.display().to_string(), source })?;
         let file = Self { path: path.to_owned(), bytes };
+        header::check(&file.bytes).map_err(|reason| QuantError::MalformedFile { file: file.name(), reason })?;
         file.tensors()?;
         Ok(file)
     }
