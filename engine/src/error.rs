@@ -32,6 +32,9 @@ pub enum EngineError {
     #[error("{file}: `{key}`: {reason}")]
     Config { file: String, key: String, reason: String },
 
+    #[error("{index}: shard `{shard}` {reason}: shards must be files inside the model folder")]
+    ShardOutsideModel { index: String, shard: String, reason: &'static str },
+
     #[error("{file}: tensor {tensor}: {source}")]
     Quant {
         file: String,
