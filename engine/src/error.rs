@@ -59,6 +59,9 @@ pub enum EngineError {
     #[error("{prompt} prompt tokens and {max_new} new tokens do not fit the context of {context} positions: {limit}")]
     ContextExceeded { prompt: usize, max_new: usize, context: usize, limit: String },
 
+    #[error("{what} is {value}: {limit}")]
+    ArgumentOutOfRange { what: String, value: u64, limit: String },
+
     #[error(transparent)]
     Gpu(#[from] kdtree_jit::Error),
 
