@@ -150,6 +150,8 @@ fn a_corrupt_db_file_is_a_clear_error_and_stays_untouched() {
         ("other format", good.replace("\"format\": 1", "\"format\": 99"), "format version 99"),
         ("not a DB", "{\"entries\": []}".to_owned(), "no format version"),
         ("wrong field type", good.replace("\"m\": 8", "\"m\": \"eight\""), "unexpected content"),
+        ("bucket 0", good.replace("\"m_bucket\": 8", "\"m_bucket\": 0"), "M bucket 0 is not a power of two"),
+        ("bucket 12", good.replace("\"m_bucket\": 8", "\"m_bucket\": 12"), "M bucket 12 is not a power of two"),
     ];
     for (what, text, expected) in cases {
         let path = dir.path().join(format!("{}.json", what.replace(' ', "_")));
@@ -256,4 +258,12 @@ fn concurrent_saves_lose_nothing_and_leave_no_temporary_files() {
         std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     assert_eq!(names, ["tuning.json", "tuning.json.lock", "tuning.json.tmp"]);
+}
+
+#[test]
+fn a_hand_made_key_of_bucket_zero_finds_the_nearest_bucket_without_a_panic() {
+    let db = db_with([entry(key(1), h200(), "v1"), entry(key(64), h200(), "v64")]);
+    let mut zero = key(1);
+    zero.m_bucket = 0;
+    assert_eq!(db.best_variant(&zero, &h200()).unwrap().variant, "v1");
 }

@@ -138,7 +138,7 @@ impl TuningDb {
         }
         // Nearest in log2(M); on a tie the larger bucket, whose tiles also cover the smaller M.
         let distance =
-            |e: &Entry| (e.key.m_bucket.ilog2().abs_diff(key.m_bucket.ilog2()), std::cmp::Reverse(e.key.m_bucket));
+            |e: &Entry| (log2(e.key.m_bucket).abs_diff(log2(key.m_bucket)), std::cmp::Reverse(e.key.m_bucket));
         let hit = fresh.into_iter().min_by_key(|e| distance(e)).map(|entry| Hit {
             entry,
             matched: if entry.key.m_bucket == key.m_bucket {
@@ -172,6 +172,11 @@ impl TuningDb {
             .iter()
             .find(|f| f.variant == variant && f.arch == arch && f.nvrtc == env.nvrtc && f.templates == env.templates)
     }
+}
+
+/// `floor(log2(m))`, 0 for 0 (a bucket is a power of two from 1; a hand-made key may not be).
+fn log2(m: u32) -> u32 {
+    m.checked_ilog2().unwrap_or(0)
 }
 
 impl Entry {

@@ -24,7 +24,12 @@ impl TuningDb {
             Some(f) => return Err(corrupt(format!("format version {f}, this build reads version {}", super::FORMAT))),
             None => return Err(corrupt("no format version: not a kdtree tuning DB".into())),
         }
-        serde_json::from_value(value).map_err(|e| corrupt(format!("unexpected content ({e})")))
+        let db: TuningDb = serde_json::from_value(value).map_err(|e| corrupt(format!("unexpected content ({e})")))?;
+        if let Some((i, e)) = db.entries.iter().enumerate().find(|(_, e)| !e.key.m_bucket.is_power_of_two()) {
+            let (bucket, variant) = (e.key.m_bucket, &e.variant);
+            return Err(corrupt(format!("entry {i} ({variant}): M bucket {bucket} is not a power of two")));
+        }
+        Ok(db)
     }
 
     /// Writes the DB to `path`, merged with what the file holds by then, so that tuners sharing one
