@@ -27,6 +27,9 @@ pub enum EngineError {
     #[error("{file}: `{key}`: {reason}")]
     Config { file: String, key: String, reason: String },
 
+    #[error("{index}: shard `{shard}` {reason}: shards must be files inside the model folder")]
+    ShardOutsideModel { index: String, shard: String, reason: &'static str },
+
     #[error("{file}: tensor {tensor}: {source}")]
     Quant {
         file: String,
@@ -47,6 +50,12 @@ pub enum EngineError {
 
     #[error("position {position} is beyond the rotary table of {max} positions")]
     PositionOutOfRange { position: usize, max: usize },
+
+    #[error("{prompt} prompt tokens and {max_new} new tokens do not fit the context of {context} positions: {limit}")]
+    ContextExceeded { prompt: usize, max_new: usize, context: usize, limit: String },
+
+    #[error("{what} is {value}: {limit}")]
+    ArgumentOutOfRange { what: String, value: u64, limit: String },
 
     #[error(transparent)]
     Gpu(#[from] kdtree_jit::Error),

@@ -1,9 +1,19 @@
-//! Property-based fuzzing of the W4A16 variant space against the CPU reference.
+//! Property-based fuzzing: the W4A16 variant space against the CPU reference, and every input file
+//! the toolkit reads, edited by a hostile hand ([`mutate`]).
 //!
 //! | test | what | where it runs |
 //! |---|---|---|
 //! | `tests/layout.rs` | every valid variant's weight layout round-trips on random shapes | CI (CPU) |
 //! | `tests/gpu.rs` | every valid variant matches `kdtree_quant::reference` on random M, N, K, data | a GPU (`--ignored`) |
+//! | `tests/config.rs` | edited config.json: `Config::load`, `Model::load` and a short generation never panic | CI (CPU) |
+//! | `tests/safetensors.rs` | edited shard headers: the reader, INT4 weights and `Model::load` never panic | CI (CPU) |
+//! | `tests/tuning_db.rs` | edited tuning DB files: `TuningDb::open`, lookups and saves never panic | CI (CPU) |
+//! | `tests/cache.rs` | damaged cubin cache entries: a lookup never panics | CI (CPU) |
+//!
+//! The input suites run a bounded number of cases in CI, a few seconds each; `PROPTEST_CASES` sets
+//! it for a long pass (see the crate's README).
+
+pub mod mutate;
 
 use kdtree_jit::w4a16::W4a16;
 use proptest::prelude::*;

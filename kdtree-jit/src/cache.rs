@@ -5,7 +5,7 @@
 //! to a temporary file in the cache directory and renamed into place: readers never see half a file,
 //! and concurrent compiles of one kernel simply race to write the same bytes.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -16,6 +16,10 @@ use crate::{Arch, Error, Result};
 
 /// Bumped whenever the key or the file format changes: old entries then simply miss.
 const FORMAT_VERSION: u32 = 2;
+
+/// The largest entry read: one kernel's cubin is well under 1 MiB. A larger file, or one that is not a
+/// regular file (a link to `/dev/zero`, a FIFO), is reported as unusable without being read.
+pub const MAX_ENTRY_BYTES: u64 = 64 << 20;
 
 /// The environment variable that overrides [`Cache::default_dir`].
 pub const CACHE_DIR_ENV: &str = "KDTREE_CACHE_DIR";
@@ -96,13 +100,11 @@ impl Cache {
 
     pub fn get(&self, key: &CacheKey) -> Lookup {
         let path = self.path(key);
-        match std::fs::read(&path) {
-            Ok(bytes) => decode(&bytes).map_or_else(
-                |why| Lookup::Unusable(format!("cache entry {} is {why}; recompiled", path.display())),
-                Lookup::Hit,
-            ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Lookup::Miss,
-            Err(e) => Lookup::Unusable(format!("cache entry {} is unreadable ({e}); recompiled", path.display())),
+        let unusable = |why: String| Lookup::Unusable(format!("cache entry {} is {why}; recompiled", path.display()));
+        match read_entry(&path) {
+            Ok(Some(bytes)) => decode(&bytes).map_or_else(|why| unusable(why.into()), Lookup::Hit),
+            Ok(None) => Lookup::Miss,
+            Err(why) => unusable(why),
         }
     }
 
@@ -114,6 +116,31 @@ impl Cache {
         file.write_all(&encode(entry)).map_err(io)?;
         file.persist(&path).map_err(|e| io(e.error))?;
         Ok(())
+    }
+}
+
+/// The bytes of the entry file at `path`, `None` if there is none, `Err(why)` if it cannot be used.
+/// The type is checked before opening (opening a FIFO would block) and the read is bounded.
+fn read_entry(path: &Path) -> std::result::Result<Option<Vec<u8>>, String> {
+    let unreadable = |e: std::io::Error| format!("unreadable ({e})");
+    let metadata = match std::fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(unreadable(e)),
+    };
+    if !metadata.is_file() {
+        return Err("not a regular file".into());
+    }
+    let too_large = || format!("larger than an entry may be ({MAX_ENTRY_BYTES} bytes)");
+    if metadata.len() > MAX_ENTRY_BYTES {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    match std::fs::File::open(path).and_then(|f| f.take(MAX_ENTRY_BYTES + 1).read_to_end(&mut bytes)) {
+        Ok(_) if bytes.len() as u64 > MAX_ENTRY_BYTES => Err(too_large()),
+        Ok(_) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(unreadable(e)),
     }
 }
 

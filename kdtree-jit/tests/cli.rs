@@ -107,3 +107,13 @@ fn tune_rejects_bad_arguments_before_looking_for_a_gpu() {
     let stderr = failure(&["tune", "--shape", "100"]);
     assert!(stderr.contains("expected N,K such as 4096,7168"), "{stderr}");
 }
+
+#[test]
+fn compile_with_a_filter_that_matches_nothing_fails_saying_so() {
+    // Before NVRTC is looked for: an empty --nvrtc dir does not change the answer.
+    let empty = tempfile::tempdir().unwrap();
+    let stderr =
+        failure(&["compile", "--arch", "90", "--filter", "w4a16_nosuch", "--nvrtc", empty.path().to_str().unwrap()]);
+    assert!(stderr.contains("no variant valid on sm_90 has `w4a16_nosuch` in its name"), "{stderr}");
+    assert!(stderr.contains("kdtree-jit list --arch sm_90"), "{stderr}");
+}

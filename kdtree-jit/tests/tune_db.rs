@@ -150,6 +150,8 @@ fn a_corrupt_db_file_is_a_clear_error_and_stays_untouched() {
         ("other format", good.replace("\"format\": 1", "\"format\": 99"), "format version 99"),
         ("not a DB", "{\"entries\": []}".to_owned(), "no format version"),
         ("wrong field type", good.replace("\"m\": 8", "\"m\": \"eight\""), "unexpected content"),
+        ("bucket 0", good.replace("\"m_bucket\": 8", "\"m_bucket\": 0"), "M bucket 0 is not a power of two"),
+        ("bucket 12", good.replace("\"m_bucket\": 8", "\"m_bucket\": 12"), "M bucket 12 is not a power of two"),
     ];
     for (what, text, expected) in cases {
         let path = dir.path().join(format!("{}.json", what.replace(' ', "_")));
@@ -193,4 +195,75 @@ fn retuning_replaces_the_same_problem_on_the_same_device() {
     let db = db_with([entry(key(4), old_driver, "first"), entry(key(4), h200(), "second")]);
     assert_eq!(db.entries.len(), 1);
     assert_eq!(db.best_variant(&key(4), &h200()).unwrap().variant, "second");
+}
+
+#[test]
+fn two_tuners_saving_one_db_keep_each_others_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tuning.json");
+    // Both open the DB before either saves, as two tuners started together do.
+    let (mut first, mut second) = (TuningDb::open(&path).unwrap(), TuningDb::open(&path).unwrap());
+    first.insert(entry(key(1), h200(), "first"));
+    second.insert(entry(key(8), h200(), "second"));
+    let failure = |variant: &str| CompileFailure {
+        variant: variant.into(),
+        arch: Arch(90),
+        nvrtc: (13, 0),
+        templates: h200().templates,
+        log: "ptxas error".into(),
+    };
+    first.record_compile_failure(failure("w4a16_a"));
+    second.record_compile_failure(failure("w4a16_b"));
+    first.save(&path).unwrap();
+    second.save(&path).unwrap();
+    let db = TuningDb::open(&path).unwrap();
+    assert_eq!(db.best_variant(&key(1), &h200()).unwrap().variant, "first", "the first tuner's entry survives");
+    assert_eq!(db.best_variant(&key(8), &h200()).unwrap().variant, "second");
+    assert_eq!(db.compile_failures.len(), 2);
+    // A tuner that retuned one problem on the same device replaces the file's entry of it only; an
+    // older result of it (a copy read before) does not.
+    let mut retuned = entry(key(1), h200(), "third");
+    retuned.tuned_at_unix += 60;
+    TuningDb { entries: vec![retuned], ..TuningDb::default() }.save(&path).unwrap();
+    let db = TuningDb::open(&path).unwrap();
+    assert_eq!((db.entries.len(), db.best_variant(&key(1), &h200()).unwrap().variant.as_str()), (2, "third"));
+    first.save(&path).unwrap();
+    assert_eq!(TuningDb::open(&path).unwrap().best_variant(&key(1), &h200()).unwrap().variant, "third");
+}
+
+#[test]
+fn concurrent_saves_lose_nothing_and_leave_no_temporary_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tuning.json");
+    // What the old fixed temporary name was: a stray file or folder there must not matter.
+    std::fs::create_dir(dir.path().join("tuning.json.tmp")).unwrap();
+    std::thread::scope(|s| {
+        for m in [1u32, 2, 4, 8, 16, 32, 64, 128] {
+            let path = &path;
+            s.spawn(move || {
+                for round in 0..5 {
+                    let mut db = TuningDb::open(path).unwrap();
+                    let mut tuned = entry(key(m), h200(), &format!("v{m}_{round}"));
+                    tuned.tuned_at_unix += round;
+                    db.insert(tuned);
+                    db.save(path).unwrap();
+                }
+            });
+        }
+    });
+    let db = TuningDb::open(&path).unwrap();
+    let variants: Vec<&str> = db.entries.iter().map(|e| e.variant.as_str()).collect();
+    assert_eq!(variants, ["v1_4", "v2_4", "v4_4", "v8_4", "v16_4", "v32_4", "v64_4", "v128_4"]);
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["tuning.json", "tuning.json.lock", "tuning.json.tmp"]);
+}
+
+#[test]
+fn a_hand_made_key_of_bucket_zero_finds_the_nearest_bucket_without_a_panic() {
+    let db = db_with([entry(key(1), h200(), "v1"), entry(key(64), h200(), "v64")]);
+    let mut zero = key(1);
+    zero.m_bucket = 0;
+    assert_eq!(db.best_variant(&zero, &h200()).unwrap().variant, "v1");
 }

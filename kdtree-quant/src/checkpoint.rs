@@ -11,9 +11,9 @@ use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::dtype::Dtype;
 use crate::error::{QuantError, Result};
-use crate::int4;
 use crate::scales::Scales;
 use crate::weight::{QuantizedWeight, check_group};
+use crate::{header, int4};
 
 /// An owned tensor to be written: dtype, shape and little-endian bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,7 +63,9 @@ impl SafetensorsFile {
             file: path.display().to_string(),
             reason: e.to_string(),
         };
-        // Full validation once (offsets contiguous and inside the file), then only the metadata is kept.
+        // Full validation once (no tensor named twice, offsets contiguous and inside the file), then
+        // only the metadata is kept.
+        header::check(&map).map_err(|reason| QuantError::MalformedFile { file: path.display().to_string(), reason })?;
         SafeTensors::deserialize(&map).map_err(malformed)?;
         let (header, metadata) = SafeTensors::read_metadata(&map).map_err(malformed)?;
         Ok(Self { path: path.to_owned(), map, data_start: 8 + header, metadata })
@@ -136,6 +138,20 @@ pub fn read_quantized<'a>(
     tensor: impl Fn(&str) -> Result<TensorView<'a>>,
 ) -> Result<QuantizedWeight> {
     let (n, k) = weight_shape(prefix, &tensor)?;
+    // weight_shape is checked against the stored words first: every later expectation derives from it.
+    let packed_name = format!("{prefix}.weight_packed");
+    let packed = tensor(&packed_name)?;
+    expect_dtype(&packed_name, &packed, StDtype::I32)?;
+    let words = [n, k.div_ceil(int4::PER_WORD)];
+    if packed.shape() != words {
+        return Err(QuantError::WeightShapeMismatch {
+            shape_tensor: format!("{prefix}.weight_shape"),
+            declared: [n, k],
+            packed_tensor: packed_name,
+            stored: packed.shape().to_vec(),
+            expected: words,
+        });
+    }
     let scale_name = format!("{prefix}.weight_scale");
     let scale = tensor(&scale_name)?;
     let dtype = Dtype::from_safetensors(scale.dtype()).ok_or_else(|| QuantError::DtypeMismatch {
@@ -156,11 +172,6 @@ pub fn read_quantized<'a>(
     };
     check_group(prefix, k, group_size)?;
     expect_shape(&scale_name, &scale, &[n, k / group_size])?;
-
-    let packed_name = format!("{prefix}.weight_packed");
-    let packed = tensor(&packed_name)?;
-    expect_dtype(&packed_name, &packed, StDtype::I32)?;
-    expect_shape(&packed_name, &packed, &[n, k.div_ceil(int4::PER_WORD)])?;
 
     QuantizedWeight::from_parts(
         prefix,

@@ -12,6 +12,17 @@ pub enum QuantError {
     #[error("{tensor}: shape {actual:?} disagrees with the expected {expected:?}")]
     ShapeMismatch { tensor: String, expected: Vec<usize>, actual: Vec<usize> },
 
+    #[error(
+        "{packed_tensor} is stored as {stored:?} int32 words, but {shape_tensor} = {declared:?} (N, K) implies [N, K / 8] = {expected:?}"
+    )]
+    WeightShapeMismatch {
+        shape_tensor: String,
+        declared: [usize; 2],
+        packed_tensor: String,
+        stored: Vec<usize>,
+        expected: [usize; 2],
+    },
+
     #[error("{tensor}: dtype {actual} where {expected} was expected")]
     DtypeMismatch { tensor: String, expected: String, actual: String },
 
@@ -33,6 +44,22 @@ pub enum QuantError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl QuantError {
+    /// The tensor the error is about, where it names one.
+    pub fn tensor(&self) -> Option<&str> {
+        match self {
+            QuantError::KNotMultipleOfGroup { tensor, .. }
+            | QuantError::ShapeMismatch { tensor, .. }
+            | QuantError::DtypeMismatch { tensor, .. }
+            | QuantError::LengthMismatch { tensor, .. }
+            | QuantError::OutOfRange { tensor, .. }
+            | QuantError::MissingTensor { tensor, .. } => Some(tensor),
+            QuantError::WeightShapeMismatch { shape_tensor, .. } => Some(shape_tensor),
+            QuantError::UnsupportedGroupSize { .. } | QuantError::MalformedFile { .. } | QuantError::Io { .. } => None,
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, QuantError>;

@@ -24,6 +24,7 @@
 pub mod checkpoint;
 pub mod dtype;
 pub mod error;
+mod header;
 pub mod int4;
 pub mod reference;
 pub mod sample;

@@ -77,7 +77,11 @@ fn shapes_and_dtypes_that_disagree_are_errors() {
     let mut t = base.clone();
     replace(&mut t, "blk.weight_packed", Tensor::new(St::I32, vec![2, 7], &[0i32; 14]));
     let err = SafetensorsFile::open(&write(&dir, &t)).unwrap().quantized_weight("blk", None).unwrap_err();
-    assert!(matches!(&err, QuantError::ShapeMismatch { tensor, .. } if tensor == "blk.weight_packed"), "{err}");
+    assert!(
+        matches!(&err, QuantError::WeightShapeMismatch { packed_tensor, stored, expected: [2, 8], .. }
+            if packed_tensor == "blk.weight_packed" && stored == &[2, 7]),
+        "{err}"
+    );
 
     let mut t = base.clone();
     replace(&mut t, "blk.weight_packed", Tensor::new(St::F32, vec![2, 8], &[0f32; 16]));
@@ -121,4 +125,76 @@ fn truncated_and_garbage_files_are_errors() {
     assert!(matches!(SafetensorsFile::open(&path), Err(QuantError::MalformedFile { .. })));
     let missing = dir.path().join("absent.safetensors");
     assert!(matches!(SafetensorsFile::open(&missing), Err(QuantError::Io { .. })));
+}
+
+#[test]
+fn an_absurd_weight_shape_is_reported_against_the_stored_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = sample(2, 64, 32, Dtype::F16, 1).to_tensors("blk");
+    replace(&mut t, "blk.weight_shape", Tensor::new(St::I64, vec![2], &[1i64 << 62, 64]));
+    let err = SafetensorsFile::open(&write(&dir, &t)).unwrap().quantized_weight("blk", Some(32)).unwrap_err();
+    let message = err.to_string();
+    assert_eq!(err.tensor(), Some("blk.weight_shape"));
+    assert!(
+        message.contains("blk.weight_packed is stored as [2, 8]")
+            && message.contains("blk.weight_shape = [4611686018427387904, 64]"),
+        "{message}"
+    );
+    assert!(!message.contains("blk.weight_scale"), "the scales are not to blame: {message}");
+}
+
+/// A safetensors file of `header` (JSON) and `data` bytes, written raw.
+fn raw(dir: &tempfile::TempDir, header: &str, data: usize) -> std::path::PathBuf {
+    let path = dir.path().join("raw.safetensors");
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.resize(bytes.len() + data, 0);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn malformed(path: &std::path::Path) -> String {
+    match SafetensorsFile::open(path) {
+        Err(QuantError::MalformedFile { reason, .. }) => reason,
+        Err(other) => panic!("not MalformedFile: {other}"),
+        Ok(_) => panic!("accepted"),
+    }
+}
+
+#[test]
+fn a_tensor_listed_twice_in_the_header_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = r#""a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}"#;
+    let path = raw(&dir, &format!("{{{t},{t}}}"), 4);
+    assert!(malformed(&path).contains("tensor `a` is listed twice"));
+    // Once is fine.
+    assert!(SafetensorsFile::open(&raw(&dir, &format!("{{{t}}}"), 4)).is_ok());
+}
+
+#[test]
+fn bad_offsets_name_the_tensor_they_are_wrong_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = |name: &str, start: usize, end: usize| {
+        format!(r#""{name}":{{"dtype":"F32","shape":[4],"data_offsets":[{start},{end}]}}"#)
+    };
+    let header =
+        |b: (usize, usize)| format!("{{{},{},{}}}", entry("a", 0, 16), entry("b", b.0, b.1), entry("c", 32, 48));
+    // `b` past the data: the crate itself would blame `c`, the next in offset order.
+    let reason = malformed(&raw(&dir, &header((100, 116)), 48));
+    assert!(reason.contains("tensor `b`") && reason.contains("past the end") && !reason.contains("`c`"), "{reason}");
+    let reason = malformed(&raw(&dir, &header((20, 16)), 48));
+    assert!(reason.contains("tensor `b`") && reason.contains("end before they start"), "{reason}");
+    let reason = malformed(&raw(&dir, &header((16, 28)), 48));
+    assert!(
+        reason.contains("tensor `b`") && reason.contains("hold 12 bytes") && reason.contains("16 bytes"),
+        "{reason}"
+    );
+    // Overlaps and gaps name both neighbours.
+    let reason = malformed(&raw(&dir, &header((8, 24)), 48));
+    assert!(reason.contains("`b`") && reason.contains("overlaps tensor `a`"), "{reason}");
+    let reason = malformed(&raw(&dir, &format!("{{{},{}}}", entry("a", 0, 16), entry("c", 32, 48)), 48));
+    assert!(reason.contains("bytes 16..32 between tensor `a` and tensor `c`"), "{reason}");
+    let reason = malformed(&raw(&dir, &header((16, 32)), 50));
+    assert!(reason.contains("2 bytes after tensor `c`"), "{reason}");
+    assert!(SafetensorsFile::open(&raw(&dir, &header((16, 32)), 48)).is_ok());
 }

@@ -8,7 +8,7 @@ use kdtree_engine::bench::peak_rss;
 use kdtree_engine::cpu::CpuBackend;
 use kdtree_engine::registry::Backend;
 use kdtree_engine::spec::SpecArgs;
-use kdtree_engine::{Model, greedy_generate_timed};
+use kdtree_engine::{Config, EngineError, Model, greedy_generate_timed};
 
 use super::backend::{BackendArgs, variant_table};
 
@@ -22,10 +22,11 @@ pub struct GenerateArgs {
     /// Prompt token ids, comma-separated (e.g. 1,2,3).
     #[arg(long, value_delimiter = ',', required = true)]
     pub prompt_ids: Vec<u32>,
-    /// Most new tokens to generate.
-    #[arg(long, default_value_t = 64)]
+    /// Most new tokens to generate, at least 1; the prompt and these must fit the model's context
+    /// (`max_position_embeddings` in config.json).
+    #[arg(long, default_value_t = 64, value_parser = at_least_one)]
     pub max_new: usize,
-    /// Stop after generating this token id.
+    /// Stop after generating this token id (one of the vocabulary).
     #[arg(long)]
     pub stop: Option<u32>,
     /// Print one JSON object instead of text.
@@ -37,7 +38,45 @@ pub struct GenerateArgs {
     pub backend: BackendArgs,
 }
 
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("0 new tokens generate nothing: give at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Checks the request against the model's config.json before any weight is loaded: token ids in the
+/// vocabulary, the prompt and `--max-new` within the context, the speculative options.
+fn check(args: &GenerateArgs, config: &Config) -> kdtree_engine::Result<()> {
+    let vocab = config.vocab_size;
+    let outside = |what: &str, id: u32| EngineError::ArgumentOutOfRange {
+        what: what.into(),
+        value: id.into(),
+        limit: format!("outside the vocabulary of {vocab} (`vocab_size` in config.json)"),
+    };
+    if let Some(&id) = args.prompt_ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(outside("a --prompt-ids token", id));
+    }
+    if let Some(id) = args.stop.filter(|&id| id as usize >= vocab) {
+        return Err(outside("--stop", id));
+    }
+    config.check_context(args.prompt_ids.len(), args.max_new)?;
+    if args.spec.spec.is_some() {
+        args.spec.check(config, args.prompt_ids.len(), args.max_new)?;
+    }
+    Ok(())
+}
+
+/// Tokens per second, 0 where nothing was timed.
+fn rate(tokens: usize, seconds: f64) -> f64 {
+    if tokens == 0 || seconds <= 0.0 { 0.0 } else { tokens as f64 / seconds }
+}
+
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
+    let config_path = args.model.join("config.json");
+    let config = Config::load(&config_path).with_context(|| format!("reading {}", config_path.display()))?;
+    check(&args, &config).with_context(|| format!("generate with {}", args.model.display()))?;
     // Exact mode's variants are tuned for the M the decode loop runs most: the tree, or one token.
     let default_m = if args.spec.spec.is_some() { args.spec.budget + 1 } else { 1 };
     match args.backend.open(default_m)? {
@@ -71,8 +110,8 @@ fn run_on<B: Backend>(
     let decode_s = g.decode.as_secs_f64();
     // The first new token comes out of the prefill; every later one costs one decode forward.
     let decoded = g.tokens.len().saturating_sub(1);
-    let prefill_tps = args.prompt_ids.len() as f64 / prefill_s.max(f64::MIN_POSITIVE);
-    let decode_tps = if decoded == 0 { 0.0 } else { decoded as f64 / decode_s.max(f64::MIN_POSITIVE) };
+    let prefill_tps = rate(args.prompt_ids.len(), prefill_s);
+    let decode_tps = rate(decoded, decode_s);
     if args.json {
         let out = serde_json::json!({
             "model": args.model, "prompt": args.prompt_ids, "tokens": g.tokens, "backend": model.backend().describe(),

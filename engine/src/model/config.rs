@@ -1,6 +1,10 @@
 //! config.json of a DeepSeek-V3-architecture checkpoint (DeepSeek-V3, Kimi K2, Kimi K2.5's text
-//! model), under its own key names. Defaults are those of transformers' `DeepseekV3Config`.
+//! model), under its own key names. Defaults are those of transformers' `DeepseekV3Config`. What
+//! each value may be is in [`limits`].
 
+mod limits;
+
+use std::io::Read;
 use std::path::Path;
 
 use super::json::{Obj, err};
@@ -26,6 +30,8 @@ pub struct Config {
     pub intermediate_size: usize,
     pub moe_intermediate_size: usize,
     pub num_hidden_layers: usize,
+    /// DeepSeek-V3's multi-token-prediction layers, stored after the others; the engine does not run them.
+    pub num_nextn_predict_layers: usize,
     pub num_attention_heads: usize,
     /// `None`: queries come from one `q_proj`, not the low-rank `q_a_proj`/`q_b_proj` pair.
     pub q_lora_rank: Option<usize>,
@@ -53,9 +59,19 @@ pub struct Config {
 }
 
 impl Config {
+    /// The most bytes a config.json may have (Kimi K2's has 4 KiB): a link to an endless file is
+    /// refused, not read until memory runs out.
+    pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
     pub fn load(path: &Path) -> Result<Self> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| EngineError::Io { file: file.clone(), source })?;
+        let mut text = String::new();
+        let limit = Self::MAX_FILE_BYTES;
+        let read = std::fs::File::open(path).and_then(|f| f.take(limit + 1).read_to_string(&mut text));
+        read.map_err(|source| EngineError::Io { file: file.clone(), source })?;
+        if text.len() as u64 > limit {
+            return Err(err(&file, "<root>", format!("is larger than {limit} bytes: not a config.json")));
+        }
         let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(&file, "<root>", e.to_string()))?;
         Self::parse(&file, &value)
     }
@@ -86,6 +102,7 @@ impl Config {
             intermediate_size: c.usize("intermediate_size")?,
             moe_intermediate_size: c.usize_or("moe_intermediate_size", 2048)?,
             num_hidden_layers: c.usize("num_hidden_layers")?,
+            num_nextn_predict_layers: c.usize_or("num_nextn_predict_layers", 0)?,
             num_attention_heads: c.usize("num_attention_heads")?,
             q_lora_rank: if c.map.contains_key("q_lora_rank") { c.opt_usize("q_lora_rank")? } else { Some(1536) },
             kv_lora_rank: c.usize_or("kv_lora_rank", 512)?,
@@ -113,25 +130,6 @@ impl Config {
         Ok(config)
     }
 
-    fn check(&self, file: &str) -> Result<()> {
-        let moe = self.n_routed_experts > 0;
-        let bad = |key: &str, reason: &str| Err(err(file, key, reason));
-        if self.qk_rope_head_dim % 2 != 0 {
-            return bad("qk_rope_head_dim", "must be even");
-        }
-        if moe && (self.n_group == 0 || self.n_routed_experts % self.n_group != 0) {
-            return bad("n_group", "must divide n_routed_experts");
-        }
-        if moe && (self.topk_group == 0 || self.topk_group > self.n_group) {
-            return bad("topk_group", "must be in 1..=n_group");
-        }
-        let eligible = self.topk_group * self.n_routed_experts / self.n_group.max(1);
-        if moe && (self.num_experts_per_tok == 0 || self.num_experts_per_tok > eligible) {
-            return bad("num_experts_per_tok", "must be in 1..=experts in the topk_group groups");
-        }
-        Ok(())
-    }
-
     /// Width of one attention head's query and key: the non-rotary plus the rotary part.
     pub fn qk_head_dim(&self) -> usize {
         self.qk_nope_head_dim + self.qk_rope_head_dim
@@ -148,32 +146,40 @@ impl Config {
     }
 }
 
-/// `rope_theta` and the scaling, from `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling`.
+/// `rope_theta` and the scaling, from `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling`,
+/// checked ([`limits::check_rope`]) under the key they were read from.
 fn rope(c: &Obj<'_>) -> Result<(f64, Option<Yarn>)> {
     let params = c.obj("rope_parameters")?;
-    let theta = match &params {
-        Some(p) => p.opt_f64("rope_theta")?.map_or_else(|| c.f64_or("rope_theta", 10000.0), Ok)?,
-        None => c.f64_or("rope_theta", 10000.0)?,
+    let section = if params.is_some() { "rope_parameters" } else { "rope_scaling" };
+    let (theta_key, theta) = match params.as_ref().map(|p| p.opt_f64("rope_theta")).transpose()?.flatten() {
+        Some(theta) => ("rope_parameters.rope_theta", theta),
+        None => ("rope_theta", c.f64_or("rope_theta", 10000.0)?),
     };
-    let Some(s) = params.or(c.obj("rope_scaling")?) else { return Ok((theta, None)) };
+    let yarn = match params.or(c.obj("rope_scaling")?) {
+        Some(s) => yarn(c.file, section, &s)?,
+        None => None,
+    };
+    limits::check_rope(c.file, theta_key, theta, section, yarn.as_ref())?;
+    Ok((theta, yarn))
+}
+
+/// The YaRN parameters of the scaling section `s` (named `section`); `None` for `default` scaling.
+fn yarn(file: &str, section: &str, s: &Obj<'_>) -> Result<Option<Yarn>> {
     let kind = match s.opt_str("rope_type")? {
         Some(kind) => kind,
         None => s.str_or("type", "default")?,
     };
     match kind {
-        "default" => Ok((theta, None)),
-        "yarn" => Ok((
-            theta,
-            Some(Yarn {
-                factor: s.opt_f64("factor")?.ok_or_else(|| err(c.file, "rope_scaling.factor", "is required"))?,
-                original_max_position_embeddings: s.usize_or("original_max_position_embeddings", 4096)?,
-                beta_fast: s.f64_or("beta_fast", 32.0)?,
-                beta_slow: s.f64_or("beta_slow", 1.0)?,
-                mscale: s.f64_or("mscale", 1.0)?,
-                mscale_all_dim: s.f64_or("mscale_all_dim", 0.0)?,
-            }),
-        )),
-        other => Err(err(c.file, "rope_scaling.type", format!("`{other}` is not supported (yarn is)"))),
+        "default" => Ok(None),
+        "yarn" => Ok(Some(Yarn {
+            factor: s.opt_f64("factor")?.ok_or_else(|| err(file, &format!("{section}.factor"), "is required"))?,
+            original_max_position_embeddings: s.usize_or("original_max_position_embeddings", 4096)?,
+            beta_fast: s.f64_or("beta_fast", 32.0)?,
+            beta_slow: s.f64_or("beta_slow", 1.0)?,
+            mscale: s.f64_or("mscale", 1.0)?,
+            mscale_all_dim: s.f64_or("mscale_all_dim", 0.0)?,
+        })),
+        other => Err(err(file, &format!("{section}.type"), format!("`{other}` is not supported (yarn is)"))),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The compressed-tensors `quantization_config` of a checkpoint: which linear modules are INT4.
 
+use kdtree_quant::GROUP_SIZES;
 use regex::Regex;
 
 use super::json::{Obj, err};
@@ -68,6 +69,10 @@ impl QuantConfig {
                 return Err(unknown(format!("{bits}-bit {kind} symmetric={symmetric} strategy={strategy}")));
             }
             let g = w.usize("group_size")?;
+            if !GROUP_SIZES.contains(&g) {
+                let key = format!("quantization_config.config_groups.{name}.weights.group_size");
+                return Err(err(q.file, &key, format!("is {g}; supported are {GROUP_SIZES:?}")));
+            }
             if group_size.is_some_and(|other| other != g) {
                 return Err(unknown(format!("several group sizes ({g} and {})", group_size.unwrap_or(0))));
             }
@@ -103,6 +108,20 @@ mod tests {
         assert!(!q.is_quantized("model.layers.0.mlp.down_proj"));
         assert!(!q.is_quantized("model.layers.1.self_attn.q_a_proj"));
         assert!(!q.is_quantized("lm_head"));
+    }
+
+    #[test]
+    fn an_unsupported_group_size_is_refused_naming_the_key() {
+        for g in [0, 7, 256] {
+            let json = serde_json::json!({
+                "quant_method": "compressed-tensors", "format": "pack-quantized",
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "group_size": g}}}
+            });
+            let e = QuantConfig::parse(&Obj::new("config.json", &json, "quantization_config").unwrap()).unwrap_err();
+            let m = e.to_string();
+            assert!(m.contains("config.json") && m.contains(&format!("is {g};")), "{m}");
+            assert!(m.contains("`quantization_config.config_groups.group_0.weights.group_size`"), "{m}");
+        }
     }
 
     #[test]

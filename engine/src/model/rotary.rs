@@ -11,12 +11,20 @@ pub fn yarn_mscale(scale: f64, m: f64) -> f64 {
     if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 }
 }
 
-/// The rotary table for positions `0..max_position_embeddings` of the rotary head dimension.
+/// The rotary table for the positions of the context, `0..c.context_len()`: `max_position_embeddings`
+/// capped at [`Config::MAX_ROTARY_POSITIONS`], so that a huge declared context allocates nothing
+/// beyond the cap (a position past the table is [`crate::EngineError::PositionOutOfRange`]).
 pub fn rope_table(c: &Config) -> RopeTable {
+    rope_table_for(c, c.context_len())
+}
+
+/// The rotary table for positions `0..positions`, at most the context's: what a run of known length needs.
+pub fn rope_table_for(c: &Config, positions: usize) -> RopeTable {
+    let positions = positions.min(c.context_len());
     let dim = c.qk_rope_head_dim;
     let base: Vec<f64> = (0..dim / 2).map(|i| 1.0 / c.rope_theta.powf((2 * i) as f64 / dim as f64)).collect();
     match &c.rope_scaling {
-        None => RopeTable::new(&base, c.max_position_embeddings, 1.0),
+        None => RopeTable::new(&base, positions, 1.0),
         Some(y) => {
             let (low, high) = correction_range(y, dim, c.rope_theta);
             let inv_freq: Vec<f64> = base
@@ -32,7 +40,7 @@ pub fn rope_table(c: &Config) -> RopeTable {
                 .collect();
             // DeepSeek's cos/sin factor: mscale(f, mscale) / mscale(f, mscale_all_dim), 1 for K2.
             let mscale = yarn_mscale(y.factor, y.mscale) / yarn_mscale(y.factor, y.mscale_all_dim);
-            RopeTable::new(&inv_freq, c.max_position_embeddings, mscale)
+            RopeTable::new(&inv_freq, positions, mscale)
         }
     }
 }
@@ -63,6 +71,27 @@ pub fn softmax_scale(c: &Config) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(max_position_embeddings: u64) -> Config {
+        let json = serde_json::json!({"model_type": "kimi_k2", "vocab_size": 16, "hidden_size": 8,
+            "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 1, "qk_rope_head_dim": 8,
+            "max_position_embeddings": max_position_embeddings});
+        Config::parse("config.json", &json).unwrap()
+    }
+
+    #[test]
+    fn the_table_is_sized_by_the_capped_context_not_the_declared_one() {
+        assert_eq!(rope_table(&config(512)).max_positions(), 512);
+        // 2^24 declared positions would take 512 MiB of table for this 8-wide head; the cap takes 8 MiB.
+        let huge = config(1 << 24);
+        let table = rope_table(&huge);
+        assert_eq!(table.max_positions(), Config::MAX_ROTARY_POSITIONS);
+        assert_eq!(rope_table_for(&huge, 40).max_positions(), 40);
+        assert_eq!(rope_table_for(&config(16), 40).max_positions(), 16);
+        // Positions below the cap are what the uncapped table held.
+        let small = rope_table(&config(64));
+        assert_eq!(small.cos[..], table.cos[..small.cos.len()]);
+    }
 
     #[test]
     fn kimi_k2_yarn_values() {

@@ -6,36 +6,36 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{BlockDrafter, Drafter, LookupDrafter, ModelDrafter, Stats, TreeLimits, ddtree_generate};
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::generate::greedy_generate;
-use crate::model::Model;
+use crate::model::{Config, Model};
 use crate::registry::Backend;
 
-/// Options of speculative decoding, flattened into `generate`.
+/// Options of speculative decoding, flattened into `generate`. Each but `--spec` needs `--spec`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct SpecArgs {
     /// Speculative decoding method. `ddtree`: draft trees verified in one target forward each; the
     /// output is identical to greedy decoding, which also runs, for comparison.
     #[arg(long, value_enum)]
     pub spec: Option<SpecMethod>,
-    /// Tree node budget B (the root, i.e. the target's last greedy token, not counted).
-    #[arg(long, default_value_t = 32)]
+    /// Tree node budget B (the root, i.e. the target's last greedy token, not counted), at most 1024.
+    #[arg(long, default_value_t = 32, requires = "spec")]
     pub budget: usize,
-    /// Draft length L: how many positions the drafter proposes, the tree's maximum depth.
-    #[arg(long, default_value_t = 8)]
+    /// Draft length L: how many positions the drafter proposes, the tree's maximum depth; at most 128.
+    #[arg(long, default_value_t = 8, requires = "spec")]
     pub draft_len: usize,
     /// Who proposes: `lookup` (n-gram prompt lookup, no weights), `model` (a draft model run greedily L
     /// steps), `block` (one non-causal pass of a model over [bonus, MASK x L]).
-    #[arg(long, value_enum, default_value_t = DrafterKind::Lookup)]
+    #[arg(long, value_enum, default_value_t = DrafterKind::Lookup, requires = "spec")]
     pub drafter: DrafterKind,
     /// Model folder of the draft model for `--drafter model|block`; default: the target itself.
-    #[arg(long)]
+    #[arg(long, requires = "spec")]
     pub draft_model: Option<PathBuf>,
     /// The block drafter's MASK token id; default: the last id of the vocabulary.
-    #[arg(long)]
+    #[arg(long, requires = "spec")]
     pub mask_token: Option<u32>,
     /// The lookup drafter's longest n-gram.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, requires = "spec")]
     pub ngram: usize,
 }
 
@@ -71,7 +71,39 @@ pub struct Comparison {
 }
 
 impl SpecArgs {
-    /// Runs DDTree with the chosen drafter, then plain greedy decoding, and compares.
+    /// The largest `--budget`: each round verifies B + 1 tokens in one forward whose attention mask
+    /// is (B + 1)² entries; the DDTree paper's budgets are at most a few hundred.
+    pub const MAX_BUDGET: usize = 1024;
+    /// The largest `--draft-len`: the model drafters hold L rows of the whole vocabulary.
+    pub const MAX_DRAFT_LEN: usize = 128;
+
+    /// Checks the options against the target's config (and the draft model's, read from its
+    /// config.json), before any weight is loaded: the budget and the draft length within their
+    /// maxima, the MASK token in the vocabulary, and `prompt + max_new` tokens in the draft model's
+    /// context (the target's is the caller's to check, [`Config::check_context`]).
+    pub fn check(&self, target: &Config, prompt: usize, max_new: usize) -> Result<()> {
+        let out_of_range = |what: &str, value: u64, limit: String| {
+            Err(EngineError::ArgumentOutOfRange { what: what.into(), value, limit })
+        };
+        if self.budget > Self::MAX_BUDGET {
+            let limit = format!("at most {} tree nodes are verified in one forward", Self::MAX_BUDGET);
+            return out_of_range("--budget", self.budget as u64, limit);
+        }
+        if self.draft_len > Self::MAX_DRAFT_LEN {
+            return out_of_range("--draft-len", self.draft_len as u64, format!("at most {}", Self::MAX_DRAFT_LEN));
+        }
+        if let Some(id) = self.mask_token.filter(|&id| id as usize >= target.vocab_size) {
+            let limit = format!("outside the vocabulary of {} (`vocab_size` in config.json)", target.vocab_size);
+            return out_of_range("--mask-token", id.into(), limit);
+        }
+        if let Some(dir) = &self.draft_model {
+            Config::load(&dir.join("config.json"))?.check_context(prompt, max_new)?;
+        }
+        Ok(())
+    }
+
+    /// Runs DDTree with the chosen drafter, then plain greedy decoding, and compares. The options
+    /// and the request are checked first ([`Self::check`], [`Config::check_context`]).
     pub fn run<B: Backend>(
         &self,
         target: &Model<B>,
@@ -79,6 +111,8 @@ impl SpecArgs {
         max_new: usize,
         stop: Option<u32>,
     ) -> Result<Comparison> {
+        target.config.check_context(prompt.len(), max_new)?;
+        self.check(&target.config, prompt.len(), max_new)?;
         // The draft model runs on the target's backend (its INT4 weights uploaded too on CUDA).
         let draft_model =
             self.draft_model.as_deref().map(|dir| Model::load_on(dir, target.backend().clone())).transpose()?;

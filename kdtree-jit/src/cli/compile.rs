@@ -1,14 +1,15 @@
 //! `kdtree-jit compile`: every valid variant, in parallel, through the cubin cache.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_jit::cache::CACHE_DIR_ENV;
 use kdtree_jit::compile::Report;
 use kdtree_jit::w4a16::W4a16;
-use kdtree_jit::{Arch, Cache, KernelStats, Target, Variant, compile_all, nvrtc_version};
+use kdtree_jit::{Arch, Cache, KernelStats, Target, Variant, compile_all, nvrtc_version, probe};
 use serde::Serialize;
 
 /// Compile every variant valid on an arch with NVRTC (no GPU needed) and print each one's registers,
@@ -18,7 +19,7 @@ pub struct Args {
     /// Arch to compile for, as sm_120 or 120 [default: GPU 0's].
     #[arg(long)]
     arch: Option<Arch>,
-    /// Only variants whose name contains this.
+    /// Only variants whose name contains this (at least one must).
     #[arg(long, value_name = "SUBSTR")]
     filter: Option<String>,
     /// Print JSON instead of a table.
@@ -47,15 +48,20 @@ struct Failure {
     error: String,
 }
 
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+/// Compiles; NVRTC is loaded from `nvrtc` (see [`probe::load_nvrtc`]) once there is something to compile.
+pub fn run(args: &Args, nvrtc: Option<&Path>) -> anyhow::Result<ExitCode> {
     let arch = super::arch_or_device(args.arch)?;
+    let filter = args.filter.as_deref().unwrap_or_default();
+    let variants: Vec<W4a16> =
+        W4a16::valid(&Target { arch }).into_iter().filter(|v| v.name().contains(filter)).collect();
+    if variants.is_empty() {
+        bail!("no variant valid on {arch} has `{filter}` in its name (`kdtree-jit list --arch {arch}` lists them)");
+    }
+    probe::load_nvrtc(nvrtc)?;
     let cache = match args.no_cache {
         true => None,
         false => Some(Cache::open(&args.cache_dir.clone().unwrap_or_else(Cache::default_dir))?),
     };
-    let filter = args.filter.as_deref().unwrap_or_default();
-    let variants: Vec<W4a16> =
-        W4a16::valid(&Target { arch }).into_iter().filter(|v| v.name().contains(filter)).collect();
 
     let bar = ProgressBar::new(variants.len() as u64).with_style(
         ProgressStyle::with_template("compiling {pos}/{len} {wide_bar} {elapsed} (eta {eta})")

@@ -45,10 +45,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::List(args) => list::run(&args),
         Command::Render(args) => render::run(&args),
-        Command::Compile(args) => {
-            probe::load_nvrtc(cli.nvrtc.as_deref())?;
-            compile::run(&args)
-        }
+        Command::Compile(args) => compile::run(&args, cli.nvrtc.as_deref()),
         Command::Tune(args) => tune::run(&args, cli.nvrtc.as_deref()).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::run(&args, cli.nvrtc.as_deref()).map(|()| ExitCode::SUCCESS),
     }

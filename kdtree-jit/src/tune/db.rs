@@ -2,15 +2,18 @@
 //!
 //! Lookups never return an entry measured in another environment (device, driver, NVRTC,
 //! templates): such entries come back as [`Stale`], so a caller can say why it is not using them.
-//! A missing M bucket falls back to the nearest tuned one of the same problem.
+//! A missing M bucket falls back to the nearest tuned one of the same problem. Reading and writing
+//! the file ([`TuningDb::open`], [`TuningDb::save`]: bounded, merged under a lock, atomic) is in
+//! `db/file.rs`.
 
-use std::path::{Path, PathBuf};
+mod file;
+
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use super::bench::Timing;
 use super::env::{Difference, Environment};
-use super::error::{Result, TuneError};
 use super::key::ProblemKey;
 use super::peers::Peers;
 use super::search::Rejection;
@@ -21,6 +24,10 @@ pub const FORMAT: u32 = 1;
 
 /// The environment variable that overrides the default path (`--db` overrides both).
 pub const ENV_VAR: &str = "KDTREE_TUNING_DB";
+
+/// The largest DB file read: thousands of entries take a few MiB, and a link to an endless file
+/// is refused rather than read until memory runs out.
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TuningDb {
@@ -104,41 +111,9 @@ impl TuningDb {
         }
     }
 
-    /// Reads the DB at `path`; a missing file is an empty DB. A file that does not parse is an
-    /// error naming the file and the place, and is not touched.
-    pub fn open(path: &Path) -> Result<TuningDb> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(TuningDb::default()),
-            Err(source) => return Err(TuneError::DbIo { path: path.into(), source }),
-        };
-        let corrupt = |message: String| TuneError::CorruptDb { path: path.into(), message };
-        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| corrupt(format!("not JSON ({e})")))?;
-        match value.get("format").and_then(|f| f.as_u64()) {
-            Some(f) if f == FORMAT as u64 => {}
-            Some(f) => return Err(corrupt(format!("format version {f}, this build reads version {FORMAT}"))),
-            None => return Err(corrupt("no format version: not a kdtree tuning DB".into())),
-        }
-        serde_json::from_value(value).map_err(|e| corrupt(format!("unexpected content ({e})")))
-    }
-
-    /// Writes the DB to `path` through a temporary file and a rename, so a crash never leaves half a file.
-    pub fn save(&self, path: &Path) -> Result<()> {
-        let io = |source| TuneError::DbIo { path: path.into(), source };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        let text = serde_json::to_string_pretty(self).map_err(|e| io(std::io::Error::other(e)))?;
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, text + "\n").map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
-    }
-
     /// Adds `entry`, replacing the entry of the same key measured on the same kind of device.
     pub fn insert(&mut self, entry: Entry) {
-        let same_device =
-            |a: &Environment, b: &Environment| (&a.device, a.compute_capability) == (&b.device, b.compute_capability);
-        self.entries.retain(|e| !(e.key == entry.key && same_device(&e.env, &entry.env)));
+        self.entries.retain(|e| !entry.replaces(e));
         self.entries.push(entry);
         self.entries.sort_by(|a, b| a.key.cmp(&b.key));
     }
@@ -163,7 +138,7 @@ impl TuningDb {
         }
         // Nearest in log2(M); on a tie the larger bucket, whose tiles also cover the smaller M.
         let distance =
-            |e: &Entry| (e.key.m_bucket.ilog2().abs_diff(key.m_bucket.ilog2()), std::cmp::Reverse(e.key.m_bucket));
+            |e: &Entry| (log2(e.key.m_bucket).abs_diff(log2(key.m_bucket)), std::cmp::Reverse(e.key.m_bucket));
         let hit = fresh.into_iter().min_by_key(|e| distance(e)).map(|entry| Hit {
             entry,
             matched: if entry.key.m_bucket == key.m_bucket {
@@ -196,6 +171,19 @@ impl TuningDb {
         self.compile_failures
             .iter()
             .find(|f| f.variant == variant && f.arch == arch && f.nvrtc == env.nvrtc && f.templates == env.templates)
+    }
+}
+
+/// `floor(log2(m))`, 0 for 0 (a bucket is a power of two from 1; a hand-made key may not be).
+fn log2(m: u32) -> u32 {
+    m.checked_ilog2().unwrap_or(0)
+}
+
+impl Entry {
+    /// Whether this entry supersedes `other`: the same problem measured on the same kind of device.
+    fn replaces(&self, other: &Entry) -> bool {
+        let (a, b) = (&self.env, &other.env);
+        self.key == other.key && (&a.device, a.compute_capability) == (&b.device, b.compute_capability)
     }
 }
 

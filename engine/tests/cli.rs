@@ -1,0 +1,107 @@
+//! The `kdtree-engine` binary on a tiny model, as a user runs it: bad requests are refused before
+//! any weight is loaded, with an error naming the flag and the limit, and never a panic.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use kdtree_engine::tiny::{TinySpec, write_tiny_model};
+
+fn tiny() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), &TinySpec::default()).unwrap();
+    dir
+}
+
+fn generate(model: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args(["generate", "--backend", "cpu", "--model", model.to_str().unwrap(), "--prompt-ids", "1,2,3"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Fails cleanly (exit 1, no panic, no abort), and returns stderr.
+fn refused(model: &Path, args: &[&str]) -> String {
+    let output = generate(model, args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "{args:?} succeeded");
+    assert!(matches!(output.status.code(), Some(1 | 2)), "{args:?}: {:?}\n{stderr}", output.status);
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    stderr
+}
+
+fn assert_says(stderr: &str, parts: &[&str]) {
+    assert!(parts.iter().all(|p| stderr.contains(p)), "{stderr}\nshould say {parts:?}");
+}
+
+#[test]
+fn max_new_beyond_the_context_is_refused_before_any_work() {
+    let model = tiny();
+    for max_new in ["18446744073709551615", "511"] {
+        let stderr = refused(model.path(), &["--max-new", max_new]);
+        assert_says(
+            &stderr,
+            &["3 prompt tokens", max_new, "512 positions", "`max_position_embeddings` in config.json"],
+        );
+    }
+    let stderr = refused(model.path(), &["--max-new", "600", "--spec", "ddtree"]);
+    assert_says(&stderr, &["max_position_embeddings"]);
+    // The whole context: the last of 510 new tokens is never fed back, so positions 0..=511 do.
+    let output = generate(model.path(), &["--max-new", "510", "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let out: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(out["tokens"].as_array().unwrap().len(), 510);
+}
+
+#[test]
+fn max_new_zero_is_refused_and_rates_are_never_absurd() {
+    let model = tiny();
+    assert_says(&refused(model.path(), &["--max-new", "0"]), &["--max-new", "at least 1"]);
+    let output = generate(model.path(), &["--max-new", "1", "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let out: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    // One new token comes from the prefill: no decode step was timed, so no decode rate.
+    assert_eq!(out["decode_tokens_per_s"], 0.0);
+    assert!(out["prefill_tokens_per_s"].as_f64().unwrap() < 1e12, "{out}");
+}
+
+#[test]
+fn token_ids_outside_the_vocabulary_are_refused() {
+    let model = tiny();
+    assert_says(&refused(model.path(), &["--stop", "256"]), &["--stop is 256", "vocabulary of 256", "vocab_size"]);
+    let output = generate(model.path(), &["--stop", "255", "--max-new", "2"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args(["generate", "--backend", "cpu", "--model", model.path().to_str().unwrap(), "--prompt-ids", "1,999"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert_says(&String::from_utf8_lossy(&output.stderr), &["--prompt-ids token is 999"]);
+    let stderr = refused(model.path(), &["--spec", "ddtree", "--drafter", "block", "--mask-token", "256"]);
+    assert_says(&stderr, &["--mask-token is 256"]);
+}
+
+#[test]
+fn speculative_options_need_spec() {
+    let model = tiny();
+    for option in
+        [["--budget", "8"], ["--draft-len", "4"], ["--drafter", "model"], ["--ngram", "2"], ["--mask-token", "3"]]
+    {
+        let stderr = refused(model.path(), &option);
+        assert_says(&stderr, &[option[0], "--spec"]);
+    }
+}
+
+#[test]
+fn budget_and_draft_length_are_bounded() {
+    let model = tiny();
+    let stderr = refused(model.path(), &["--spec", "ddtree", "--drafter", "model", "--budget", "100000"]);
+    assert_says(&stderr, &["--budget is 100000", "at most 1024"]);
+    let stderr = refused(model.path(), &["--spec", "ddtree", "--budget", "100000", "--draft-len", "64"]);
+    assert_says(&stderr, &["--budget is 100000"]);
+    let stderr = refused(model.path(), &["--spec", "ddtree", "--draft-len", "100000"]);
+    assert_says(&stderr, &["--draft-len is 100000", "at most 128"]);
+    let output =
+        generate(model.path(), &["--spec", "ddtree", "--budget", "1024", "--draft-len", "4", "--max-new", "6"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}
