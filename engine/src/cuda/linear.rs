@@ -89,9 +89,10 @@ impl CudaLinear {
     }
 }
 
-/// `x` rounded to `dtype` bits.
-pub(super) fn to_half(b: &CudaBackend, x: &CudaTensor, dtype: Dtype) -> Result<CudaSlice<u16>> {
-    let mut out = b.output::<u16>(x.len())?;
+/// `x` rounded to `dtype` bits, in a buffer of at least `rows` rows (the rows past `x`'s left as
+/// they are: padding for exact mode's GEMMs, whose rows depend on their own row of X only).
+pub(super) fn to_half(b: &CudaBackend, x: &CudaTensor, dtype: Dtype, rows: usize) -> Result<CudaSlice<u16>> {
+    let mut out = b.output::<u16>(rows.max(x.rows) * x.cols)?;
     ops::to_half(b.kernels(), &x.data, dtype, &mut out)?;
     Ok(out)
 }
@@ -102,7 +103,11 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, w: &CudaLinear) -> Result
     if x.cols != k {
         return Err(EngineError::InvalidArgument(format!("linear: rows of {} against a weight's K of {k}", x.cols)));
     }
-    let xh = to_half(b, x, w.dtype())?;
+    let padded = match (w, b.mode()) {
+        (CudaLinear::Dense { .. }, Mode::Exact { .. }) => gemm::padded_rows(m),
+        _ => m,
+    };
+    let xh = to_half(b, x, w.dtype(), padded)?;
     let input = if w.dtype() == Dtype::F16 { GemmInput::F16 } else { GemmInput::Bf16 };
     match w {
         CudaLinear::Dense { w, .. } => Ok(CudaTensor { data: dense(b, input, &xh, w, (m, n, k))?, rows: m, cols: n }),
@@ -161,8 +166,15 @@ pub(super) fn dense<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroB
     }
     let rows = gemm::padded_rows(m);
     // Padding rows are left as they are: a GEMM's row depends on its own row of X only.
-    let mut xp = b.output::<T>(rows * k)?;
-    s.memcpy_dtod(&x.slice(0..m * k), &mut xp.slice_mut(0..m * k))?;
+    let copied;
+    let xp = if x.len() >= rows * k {
+        x
+    } else {
+        let mut xp = b.output::<T>(rows * k)?;
+        s.memcpy_dtod(&x.slice(0..m * k), &mut xp.slice_mut(0..m * k))?;
+        copied = xp;
+        &copied
+    };
     let mut yp = b.output::<f32>(rows * n)?;
     for chunk in 0..rows / EXACT_ROWS {
         let (xs, ys) = (chunk * EXACT_ROWS * k, chunk * EXACT_ROWS * n);

@@ -115,7 +115,7 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, e: &CudaExperts) -> Resul
     b.count_experts(plan.spans.len());
     let (order, dest) = (s.clone_htod(&plan.order)?, s.clone_htod(&plan.dest)?);
     let dtype = e.experts.first().map_or(Dtype::Bf16, |(w, _)| w.dtype());
-    let xh = linear::to_half(b, x, dtype)?;
+    let xh = linear::to_half(b, x, dtype, m)?;
     // Every (row, slot) is one expert's output: the scatters below write all of it.
     let mut slots = b.output::<f32>(m * r.top_k * h)?;
     for &(expert, start, count) in &plan.spans {

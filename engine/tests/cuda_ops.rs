@@ -1,0 +1,125 @@
+//! On a GPU: every op of the registry on the CUDA backend against the same op on the CPU backend,
+//! through the one [`Backend`] trait, within each op's bound. Run on a GPU machine:
+//! `cargo test --release -p kdtree-engine --test cuda_ops -- --ignored --nocapture`.
+
+use kdtree_engine::TreeMask;
+use kdtree_engine::cpu::CpuBackend;
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode};
+use kdtree_engine::model::Routing;
+use kdtree_engine::registry::{
+    Backend, DenseValues, DenseWeight, Heads, HostExperts, HostLinear, KvStore, RopeLayout, RopeSpan,
+};
+use kdtree_quant::sample::symmetric;
+use kdtree_quant::{Dtype, QuantizedWeight};
+
+/// Where each bound comes from: f32 ops differ from the CPU's only in the order or fusion of a few
+/// roundings (1e-5 of the outputs' scale is generous); ops whose GPU path rounds an input or an output
+/// to bf16 (eps 2^-8, half of it per rounding) get a few bf16 roundings; the experts chain three
+/// bf16 GEMMs and an INT4 dequantization.
+const F32_BOUND: f32 = 1e-5;
+const BF16_BOUND: f32 = 4.0 * 0.0039;
+const MOE_BOUND: f32 = 8.0 * 0.0039;
+
+fn relative_error(a: &[f32], reference: &[f32]) -> f32 {
+    assert_eq!(a.len(), reference.len(), "lengths");
+    let scale = reference.iter().fold(0f32, |m, r| m.max(r.abs())).max(f32::MIN_POSITIVE);
+    a.iter().zip(reference).fold(0f32, |m, (x, r)| m.max((x - r).abs())) / scale
+}
+
+fn cuda() -> CudaBackend {
+    let options = CudaOptions { ordinal: 0, tuning_db: "/nonexistent/tuning.json".into(), mode: Mode::Exact { m: 1 } };
+    CudaBackend::open(&options).expect("a GPU")
+}
+
+fn dense(n: usize, k: usize, seed: u64) -> HostLinear {
+    let v = symmetric(n * k, seed, 0.5).into_iter().map(half::bf16::from_f32).collect();
+    HostLinear::Dense(DenseWeight::new(n, k, DenseValues::Bf16(v)).unwrap())
+}
+
+fn int4(n: usize, k: usize, seed: u64) -> HostLinear {
+    HostLinear::Int4(QuantizedWeight::quantize(&symmetric(n * k, seed, 0.5), n, k, 32, Dtype::Bf16).unwrap())
+}
+
+fn check(name: &str, cpu: Vec<f32>, gpu: Vec<f32>, bound: f32) {
+    let err = relative_error(&gpu, &cpu);
+    println!("{name:<28} max |gpu - cpu| / max |cpu| = {err:.2e} (bound {bound:.1e})");
+    assert!(err <= bound, "{name}: {err:.3e} > {bound:.1e}");
+}
+
+/// One op's inputs uploaded to a backend and its output read back, written once for both.
+fn run_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
+    let h = 96;
+    let tokens = [3u32, 0, 7, 7, 1];
+    let positions = [4usize, 5, 6, 6, 7];
+    let mask = TreeMask::from_parents(&[None, Some(0), Some(1), Some(1), Some(3)]);
+    let batch = b.batch(&tokens, &positions, &mask).unwrap();
+    let table = b.linear_weight("embed", dense(8, h, seed)).unwrap();
+    let x = b.embedding(&table, &batch).unwrap();
+    let mut out = vec![("embedding", b.to_host(&x).unwrap(), 0.0)];
+    let norm = b.vector(&symmetric(h, seed + 1, 1.0)).unwrap();
+    let normed = b.rmsnorm(&x, &norm, 1e-6).unwrap();
+    out.push(("rmsnorm", b.to_host(&normed).unwrap(), F32_BOUND));
+    let w = b.linear_weight("dense", dense(64, h, seed + 2)).unwrap();
+    let y = b.linear(&normed, &w).unwrap();
+    out.push(("linear (bf16)", b.to_host(&y).unwrap(), BF16_BOUND));
+    let q = b.linear_weight("int4", int4(40, h, seed + 3)).unwrap();
+    out.push(("linear (W4A16)", b.to_host(&b.linear(&normed, &q).unwrap()).unwrap(), BF16_BOUND));
+    let mut acc = b.linear(&normed, &w).unwrap();
+    b.add_assign(&mut acc, &y).unwrap();
+    out.push(("add_assign", b.to_host(&acc).unwrap(), F32_BOUND + BF16_BOUND));
+    out.push(("silu_mul", b.to_host(&b.silu_mul(&y).unwrap()).unwrap(), BF16_BOUND));
+    out.push(("columns", b.to_host(&b.columns(&y, 10, 24).unwrap()).unwrap(), BF16_BOUND));
+    // Rotary tables of 16 positions for a rope part of 8: 4 heads of 16 columns, columns 6..14.
+    let (cos, sin): (Vec<f32>, Vec<f32>) =
+        (0..16 * 4).map(|i| ((i as f32 * 0.37).cos(), (i as f32 * 0.37).sin())).unzip();
+    let (cos, sin) = (b.vector(&cos).unwrap(), b.vector(&sin).unwrap());
+    for layout in [RopeLayout::Interleaved, RopeLayout::HalfSplit] {
+        let mut r = b.columns(&y, 0, 64).unwrap();
+        b.rope(&mut r, RopeSpan { stride: 16, offset: 6, dim: 8, layout }, &cos, &sin, &batch).unwrap();
+        out.push(("rope", b.to_host(&r).unwrap(), BF16_BOUND));
+    }
+    // Attention: 2 heads of nope 8 + rope 4, values of 6, after a cache of 3 entries.
+    let heads = Heads { heads: 2, nope: 8, rope: 4, v: 6, scale: 0.3 };
+    let mut cache = b.new_cache(1, heads);
+    let ctx = b.batch(&[1, 2, 3], &[0, 1, 2], &TreeMask::causal(3)).unwrap();
+    let kv_w = b.linear_weight("kv", dense(2 * (8 + 6), h, seed + 4)).unwrap();
+    let rope_w = b.linear_weight("rope", dense(4, h, seed + 5)).unwrap();
+    let past = b.embedding(&b.linear_weight("e", dense(8, h, seed + 6)).unwrap(), &ctx).unwrap();
+    b.kv_append(&mut cache, 0, &b.linear(&past, &kv_w).unwrap(), &b.linear(&past, &rope_w).unwrap()).unwrap();
+    cache.commit(3);
+    b.kv_append(&mut cache, 0, &b.linear(&normed, &kv_w).unwrap(), &b.linear(&normed, &rope_w).unwrap()).unwrap();
+    let qw = b.linear_weight("q", dense(2 * 12, h, seed + 7)).unwrap();
+    let att = b.attention(&b.linear(&normed, &qw).unwrap(), &cache, 0, &batch).unwrap();
+    out.push(("kv_append + attention", b.to_host(&att).unwrap(), BF16_BOUND));
+    // MoE: 8 experts of 32, top 3 of 2 groups, INT4.
+    let routing = Routing {
+        n_experts: 8,
+        top_k: 3,
+        n_group: 2,
+        topk_group: 1,
+        norm_topk_prob: true,
+        routed_scaling_factor: 2.5,
+    };
+    let experts = (0..8)
+        .map(|e| (HostLinear::stack(int4(32, h, 100 + e), int4(32, h, 200 + e)).unwrap(), int4(h, 32, 300 + e)))
+        .collect();
+    let host = HostExperts { routing, router: symmetric(8 * h, seed + 8, 0.3), bias: symmetric(8, seed + 9, 0.1), experts };
+    let moe = b.experts("moe", host).unwrap();
+    out.push(("moe (route, experts)", b.to_host(&b.moe(&normed, &moe).unwrap()).unwrap(), MOE_BOUND));
+    // On the embedding rows, which both backends hold bit for bit: the same ids, ties included.
+    let ids: Vec<f32> = b.argmax(&x).unwrap().into_iter().map(|i| i as f32).collect();
+    out.push(("argmax", ids, 0.0));
+    out
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn every_op_on_cuda_matches_the_cpu_backend_within_its_bound() {
+    let gpu = cuda();
+    for seed in [1, 2] {
+        let (reference, ours) = (run_ops(&CpuBackend, seed), run_ops(&gpu, seed));
+        for ((name, r, bound), (_, o, _)) in reference.into_iter().zip(ours) {
+            check(name, r, o, bound);
+        }
+    }
+}
