@@ -37,8 +37,9 @@ pub fn greedy_generate_timed<B: Backend>(
     if prompt.is_empty() {
         return Err(EngineError::InvalidArgument("greedy_generate: the prompt is empty".into()));
     }
+    model.config.check_context(prompt.len(), max_new)?;
     let mut cache = model.new_cache();
-    let mut tokens = Vec::with_capacity(max_new);
+    let mut tokens = Vec::new();
     let start = Instant::now();
     if max_new == 0 {
         return Ok(Generation { tokens, prefill: Duration::ZERO, decode: Duration::ZERO });

@@ -92,18 +92,13 @@ fn run_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
     let att = b.attention(&b.linear(&normed, &qw).unwrap(), &cache, 0, &batch).unwrap();
     out.push(("kv_append + attention", b.to_host(&att).unwrap(), BF16_BOUND));
     // MoE: 8 experts of 32, top 3 of 2 groups, INT4.
-    let routing = Routing {
-        n_experts: 8,
-        top_k: 3,
-        n_group: 2,
-        topk_group: 1,
-        norm_topk_prob: true,
-        routed_scaling_factor: 2.5,
-    };
+    let routing =
+        Routing { n_experts: 8, top_k: 3, n_group: 2, topk_group: 1, norm_topk_prob: true, routed_scaling_factor: 2.5 };
     let experts = (0..8)
         .map(|e| (HostLinear::stack(int4(32, h, 100 + e), int4(32, h, 200 + e)).unwrap(), int4(h, 32, 300 + e)))
         .collect();
-    let host = HostExperts { routing, router: symmetric(8 * h, seed + 8, 0.3), bias: symmetric(8, seed + 9, 0.1), experts };
+    let host =
+        HostExperts { routing, router: symmetric(8 * h, seed + 8, 0.3), bias: symmetric(8, seed + 9, 0.1), experts };
     let moe = b.experts("moe", host).unwrap();
     out.push(("moe (route, experts)", b.to_host(&b.moe(&normed, &moe).unwrap()).unwrap(), MOE_BOUND));
     // On the embedding rows, which both backends hold bit for bit: the same ids, ties included.

@@ -41,6 +41,13 @@ fn a_missing_tensor_is_named_with_the_shards() {
         })
         .collect();
     write_file(&path, &kept).unwrap();
+    // The index still lists it: the index is wrong, and says where it looked.
+    let e = load_err(dir.path());
+    assert!(matches!(&e, EngineError::Config { key, .. } if key == "weight_map.model.norm.weight"), "{e}");
+    // Gone from the index too: the tensor is missing, named with the shards searched.
+    edit_index(dir.path(), |map| {
+        map.remove("model.norm.weight");
+    });
     let e = load_err(dir.path());
     assert!(
         matches!(&e, EngineError::MissingTensor { tensor, file } if tensor == "model.norm.weight" && file.contains(SHARD2)),
@@ -104,4 +111,36 @@ fn a_truncated_shard_names_the_file() {
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
     let e = load_err(dir.path());
     assert!(matches!(&e, EngineError::TruncatedShard { file, .. } if file.ends_with(SHARD2)), "{e}");
+}
+
+fn edit_index(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
+    let path = dir.join("model.safetensors.index.json");
+    let mut index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(index["weight_map"].as_object_mut().unwrap());
+    std::fs::write(path, index.to_string()).unwrap();
+}
+
+#[test]
+fn an_index_that_names_the_wrong_shard_or_none_is_refused() {
+    let dir = tiny(&TinySpec::default());
+    edit_index(dir.path(), |map| {
+        map.insert("model.norm.weight".into(), "model-00001-of-00002.safetensors".into());
+    });
+    let e = load_err(dir.path());
+    assert!(matches!(&e, EngineError::Config { key, .. } if key == "weight_map.model.norm.weight"), "{e}");
+    assert!(e.to_string().contains(SHARD2), "{e}");
+    edit_index(dir.path(), |map| map.clear());
+    let e = load_err(dir.path());
+    assert!(
+        matches!(&e, EngineError::Config { key, reason, .. } if key == "weight_map" && reason.contains("empty")),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_checkpoint_with_more_layers_than_the_config_is_refused() {
+    let dir = tiny(&TinySpec::default());
+    edit_config(dir.path(), |c| c["num_hidden_layers"] = 2.into());
+    let e = load_err(dir.path());
+    assert!(e.to_string().contains("num_hidden_layers"), "{e}");
 }

@@ -20,12 +20,22 @@ pub(crate) struct Checkpoint {
     by_name: HashMap<String, usize>,
 }
 
+/// Where the index says each tensor is, when there is an index.
+type WeightMap = HashMap<String, String>;
+
 impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Self> {
         let index_path = dir.join("model.safetensors.index.json");
-        let shard_names: Vec<String> = if index_path.exists() {
-            let map = read_index(&index_path)?;
-            let mut names: Vec<String> = map.into_values().collect();
+        let index: Option<WeightMap> = index_path.exists().then(|| read_index(&index_path)).transpose()?;
+        let shard_names: Vec<String> = if let Some(map) = &index {
+            if map.is_empty() {
+                return Err(EngineError::Config {
+                    file: index_path.display().to_string(),
+                    key: "weight_map".into(),
+                    reason: "is empty: it maps no tensor to a shard".into(),
+                });
+            }
+            let mut names: Vec<String> = map.values().cloned().collect();
             names.sort();
             names.dedup();
             names
@@ -49,14 +59,38 @@ impl Checkpoint {
         }
         let mut files = Vec::new();
         let mut by_name = HashMap::new();
+        let mut shard_of = HashMap::new();
         for name in shard_names {
-            let file = SafetensorsFile::open(&dir.join(&name)).map_err(|e| shard_error(e, &dir.join(&name)))?;
+            let path = super::shard_path::shard_path(dir, &name)?;
+            let file = SafetensorsFile::open(&path).map_err(|e| shard_error(e, &path))?;
             for tensor in file.names().map_err(|e| shard_error(e, file.path()))? {
-                by_name.insert(tensor, files.len());
+                by_name.insert(tensor.clone(), files.len());
+                shard_of.insert(tensor, name.clone());
             }
             files.push(file);
         }
+        // An index that names the wrong shard for a tensor is a broken checkpoint, not a detail.
+        for (tensor, shard) in index.iter().flatten() {
+            match shard_of.get(tensor) {
+                Some(actual) if actual == shard => {}
+                found => {
+                    return Err(EngineError::Config {
+                        file: index_path.display().to_string(),
+                        key: format!("weight_map.{tensor}"),
+                        reason: match found {
+                            Some(actual) => format!("says {shard}, but the tensor is in {actual}"),
+                            None => format!("says {shard}, which does not hold it"),
+                        },
+                    });
+                }
+            }
+        }
         Ok(Self { files, by_name })
+    }
+
+    /// Every tensor name of the checkpoint.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -202,6 +236,8 @@ fn shard_error(e: QuantError, path: &Path) -> EngineError {
             EngineError::ShapeMismatch { file, tensor, expected, actual }
         }
         QuantError::Io { source, .. } => EngineError::Io { file, source },
-        other => EngineError::Quant { file, tensor: String::new(), source: Box::new(other) },
+        other => {
+            EngineError::Quant { file, tensor: other.tensor().unwrap_or_default().to_owned(), source: Box::new(other) }
+        }
     }
 }

@@ -26,6 +26,7 @@ mod mlp;
 mod moe;
 mod quant_config;
 mod rotary;
+mod shard_path;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -127,6 +128,7 @@ impl<B: Backend> Model<B> {
     pub fn load_on(dir: &Path, backend: Arc<B>) -> Result<Model<B>> {
         let config = Config::load(&dir.join("config.json"))?;
         let ckpt = Checkpoint::open(dir)?;
+        config.check_checkpoint_layers(&dir.join("config.json").display().to_string(), ckpt.names())?;
         let (c, b) = (&config, &*backend);
         let (h, v) = (c.hidden_size, c.vocab_size);
         let mut bytes = WeightBytes::default();

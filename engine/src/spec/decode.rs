@@ -84,6 +84,7 @@ pub fn ddtree_generate<B: Backend>(
     if prompt.is_empty() {
         return Err(EngineError::InvalidArgument("the prompt is empty".into()));
     }
+    target.config.check_context(prompt.len(), max_new)?;
     let started = Instant::now();
     let mut stats = Stats::default();
     let mut out = Vec::new();
