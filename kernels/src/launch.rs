@@ -1,7 +1,7 @@
 //! The raw launchers: one `#[kernel]` per CUDA source under `cuda/`. They trust their scalar arguments
 //! to describe the buffers, hence `unsafe`; [`crate::ops`] wraps each in a function that checks lengths.
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaView};
 use kdtree_jit::kernel::{KernelDef, kernel};
 
 /// RMSNorm of `rows` rows of `cols`: `out = x / sqrt(mean(x²) + eps) * weight`.
@@ -47,7 +47,7 @@ pub unsafe fn argmax_partial(
     chunk: u32,
 );
 
-/// Each row's argmax from its `chunks` partial results, into `out` ([rows]).
+/// Each row's argmax from its `chunks` partial results, into `out` (`[rows]`).
 #[kernel(template = "cuda/argmax.cu.tera", params(BLOCK = 1024), grid = rows, block = 32)]
 pub unsafe fn argmax_finish(
     part_v: &CudaSlice<f32>,
@@ -68,8 +68,177 @@ pub unsafe fn embedding(
     dim: u32,
 );
 
+/// Rows `ids` of a bf16 `table` ([vocab, dim], bits) into f32 `out` ([n_ids, dim]); an id past the
+/// table gives a row of NaN.
+#[kernel(file = "cuda/embedding.cu", grid = n_ids, block = 256)]
+pub unsafe fn embedding_bf16(
+    table: &CudaSlice<u16>,
+    ids: &CudaSlice<u32>,
+    out: &mut CudaSlice<f32>,
+    n_ids: u32,
+    vocab: u32,
+    dim: u32,
+);
+
+/// `out[i] = bf16(x[i])` (bits) for `i < n`, rounding to nearest even as `half::bf16::from_f32`.
+#[kernel(file = "cuda/cast.cu", grid = n.div_ceil(1024), block = 256)]
+pub unsafe fn f32_to_bf16(x: &CudaSlice<f32>, out: &mut CudaSlice<u16>, n: u32);
+
+/// `out[i] = f16(x[i])` (bits) for `i < n`, rounding to nearest even as `half::f16::from_f32`.
+#[kernel(file = "cuda/cast.cu", grid = n.div_ceil(1024), block = 256)]
+pub unsafe fn f32_to_f16(x: &CudaSlice<f32>, out: &mut CudaSlice<u16>, n: u32);
+
+/// `out[i] = f32(x[i])` for `i < n`, `x` bf16 bits.
+#[kernel(file = "cuda/cast.cu", grid = n.div_ceil(1024), block = 256)]
+pub unsafe fn bf16_to_f32(x: &CudaSlice<u16>, out: &mut CudaSlice<f32>, n: u32);
+
+/// `out[i] = f32(x[i])` for `i < n`, `x` f16 bits.
+#[kernel(file = "cuda/cast.cu", grid = n.div_ceil(1024), block = 256)]
+pub unsafe fn f16_to_f32(x: &CudaSlice<u16>, out: &mut CudaSlice<f32>, n: u32);
+
+/// `x[i] += y[i]` for `i < n`.
+#[kernel(file = "cuda/add_assign.cu", grid = n.div_ceil(1024), block = 256)]
+pub unsafe fn add_assign(x: &mut CudaSlice<f32>, y: &CudaSlice<f32>, n: u32);
+
+/// `out[r, c] = x[r * stride + col_offset + c]` for `r < rows`, `c < cols`.
+#[kernel(file = "cuda/rows.cu", grid = rows, block = 128)]
+pub unsafe fn copy_cols(
+    x: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+    rows: u32,
+    stride: u32,
+    col_offset: u32,
+    cols: u32,
+);
+
+/// `out[i] = src[idx[i]]` for `i < m`, rows of `cols` 16-bit values; an index past `src_rows` gives a
+/// row of NaN bits.
+#[kernel(file = "cuda/rows.cu", grid = m, block = 128)]
+pub unsafe fn gather_rows_u16(
+    src: &CudaSlice<u16>,
+    idx: &CudaView<u32>,
+    out: &mut CudaSlice<u16>,
+    m: u32,
+    src_rows: u32,
+    cols: u32,
+);
+
+/// `out[i] = src[idx[i]]` for `i < m`, rows of `cols` f32; an index past `src_rows` gives a row of NaN.
+#[kernel(file = "cuda/rows.cu", grid = m, block = 128)]
+pub unsafe fn gather_rows_f32(
+    src: &CudaSlice<f32>,
+    idx: &CudaView<u32>,
+    out: &mut CudaSlice<f32>,
+    m: u32,
+    src_rows: u32,
+    cols: u32,
+);
+
+/// `dst[idx[i]] = f32(src[i])` for `i < m`, `src` bf16 bits; an index past `dst_rows` writes nothing.
+#[kernel(file = "cuda/rows.cu", grid = m, block = 128)]
+pub unsafe fn scatter_rows_bf16_to_f32(
+    src: &CudaSlice<u16>,
+    idx: &CudaView<u32>,
+    dst: &mut CudaSlice<f32>,
+    m: u32,
+    dst_rows: u32,
+    cols: u32,
+);
+
+/// `out[r] = bf16(silu(x[r, ..inter]) * x[r, inter..])` for `r < rows`, `x` f32.
+#[kernel(file = "cuda/silu_mul.cu", grid = (rows, inter.div_ceil(1024)), block = 256)]
+pub unsafe fn silu_mul_halves_f32(x: &CudaSlice<f32>, out: &mut CudaSlice<u16>, rows: u32, inter: u32);
+
+/// `out[r] = bf16(silu(x[r, ..inter]) * x[r, inter..])` for `r < rows`, `x` bf16 bits.
+#[kernel(file = "cuda/silu_mul.cu", grid = (rows, inter.div_ceil(1024)), block = 256)]
+pub unsafe fn silu_mul_halves_bf16(x: &CudaSlice<u16>, out: &mut CudaSlice<u16>, rows: u32, inter: u32);
+
+/// Rotates columns `[offset, offset + dim)` of every head of `x` ([rows, heads, head_stride]) in place,
+/// row r by table row `positions[r]` (below `max_pos`, else NaN); adjacent pairs, or `(i, i + dim/2)`
+/// pairs when `half_split`.
+#[kernel(file = "cuda/rope_strided.cu", grid = (rows * heads * (dim / 2)).div_ceil(256), block = 256)]
+pub unsafe fn rope_strided(
+    x: &mut CudaSlice<f32>,
+    positions: &CudaSlice<u32>,
+    cos: &CudaSlice<f32>,
+    sin: &CudaSlice<f32>,
+    rows: u32,
+    heads: u32,
+    head_stride: u32,
+    offset: u32,
+    dim: u32,
+    max_pos: u32,
+    half_split: bool,
+);
+
+/// Writes `n` tokens' keys (`kv`'s nope part per head, then `k_rope`) and values to cache rows
+/// `start..start + n`.
+#[kernel(file = "cuda/kv_append.cu", grid = (n, heads), block = 128)]
+pub unsafe fn kv_append(
+    kv: &CudaSlice<f32>,
+    k_rope: &CudaSlice<f32>,
+    k_cache: &mut CudaSlice<f32>,
+    v_cache: &mut CudaSlice<f32>,
+    n: u32,
+    heads: u32,
+    nope: u32,
+    rope: u32,
+    vd: u32,
+    start: u32,
+);
+
+/// Tree attention of `n` queries over `past` cached entries and the new ones `mask` shows them; the
+/// dynamic shared memory holds one row's list of visible new tokens.
+#[kernel(
+    template = "cuda/attention.cu.tera",
+    params(WARPS = 4),
+    grid = (n, heads),
+    block = 128,
+    shared = 4 * n
+)]
+pub unsafe fn attention_tree(
+    q: &CudaSlice<f32>,
+    k_cache: &CudaSlice<f32>,
+    v_cache: &CudaSlice<f32>,
+    mask: &CudaSlice<u32>,
+    out: &mut CudaSlice<f32>,
+    n: u32,
+    past: u32,
+    heads: u32,
+    qk: u32,
+    vd: u32,
+    scale: f32,
+);
+
+/// DeepSeek-V3's `noaux_tc` router, one warp per token.
+#[kernel(file = "cuda/route.cu", grid = tokens, block = 32)]
+pub unsafe fn route_noaux_tc(
+    logits: &CudaSlice<f32>,
+    bias: &CudaSlice<f32>,
+    ids: &mut CudaSlice<u32>,
+    weights: &mut CudaSlice<f32>,
+    tokens: u32,
+    experts: u32,
+    top_k: u32,
+    n_group: u32,
+    topk_group: u32,
+    norm_topk_prob: bool,
+    routed_scaling_factor: f32,
+);
+
+/// `out[t] = sum over s < k of weights[t, s] * slots[t * k + s]`, ascending s.
+#[kernel(file = "cuda/moe_combine.cu", grid = tokens, block = 256)]
+pub unsafe fn moe_combine(
+    slots: &CudaSlice<f32>,
+    weights: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+    tokens: u32,
+    k: u32,
+    h: u32,
+);
+
 /// This crate's kernels; naming them also links their registrations into the program.
-pub fn all() -> [&'static KernelDef; 7] {
+pub fn all() -> [&'static KernelDef; 24] {
     [
         &rmsnorm::KERNEL,
         &silu_mul::KERNEL,
@@ -78,5 +247,22 @@ pub fn all() -> [&'static KernelDef; 7] {
         &argmax_partial::KERNEL,
         &argmax_finish::KERNEL,
         &embedding::KERNEL,
+        &embedding_bf16::KERNEL,
+        &f32_to_bf16::KERNEL,
+        &f32_to_f16::KERNEL,
+        &bf16_to_f32::KERNEL,
+        &f16_to_f32::KERNEL,
+        &add_assign::KERNEL,
+        &copy_cols::KERNEL,
+        &gather_rows_u16::KERNEL,
+        &gather_rows_f32::KERNEL,
+        &scatter_rows_bf16_to_f32::KERNEL,
+        &silu_mul_halves_f32::KERNEL,
+        &silu_mul_halves_bf16::KERNEL,
+        &rope_strided::KERNEL,
+        &kv_append::KERNEL,
+        &attention_tree::KERNEL,
+        &route_noaux_tc::KERNEL,
+        &moe_combine::KERNEL,
     ]
 }
