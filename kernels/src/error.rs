@@ -8,6 +8,11 @@ pub enum Error {
     #[error("{op}: {reason}")]
     Shape { op: &'static str, reason: String },
 
+    /// Sizes the kernel was not built for (a limit of its registers, shared memory or 32-bit indices),
+    /// though they describe a valid operation.
+    #[error("{op}: {reason}")]
+    Unsupported { op: &'static str, reason: String },
+
     #[error("token id {id} is out of range for a vocabulary of {vocab}")]
     TokenOutOfRange { id: u32, vocab: usize },
 

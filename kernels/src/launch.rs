@@ -47,7 +47,7 @@ pub unsafe fn argmax_partial(
     chunk: u32,
 );
 
-/// Each row's argmax from its `chunks` partial results, into `out` ([rows]).
+/// Each row's argmax from its `chunks` partial results, into `out` (`[rows]`).
 #[kernel(template = "cuda/argmax.cu.tera", params(BLOCK = 1024), grid = rows, block = 32)]
 pub unsafe fn argmax_finish(
     part_v: &CudaSlice<f32>,
@@ -102,7 +102,14 @@ pub unsafe fn add_assign(x: &mut CudaSlice<f32>, y: &CudaSlice<f32>, n: u32);
 
 /// `out[r, c] = x[r * stride + col_offset + c]` for `r < rows`, `c < cols`.
 #[kernel(file = "cuda/rows.cu", grid = rows, block = 128)]
-pub unsafe fn copy_cols(x: &CudaSlice<f32>, out: &mut CudaSlice<f32>, rows: u32, stride: u32, col_offset: u32, cols: u32);
+pub unsafe fn copy_cols(
+    x: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+    rows: u32,
+    stride: u32,
+    col_offset: u32,
+    cols: u32,
+);
 
 /// `out[i] = src[idx[i]]` for `i < m`, rows of `cols` 16-bit values; an index past `src_rows` gives a
 /// row of NaN bits.

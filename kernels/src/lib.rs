@@ -10,6 +10,22 @@
 //! | [`argmax`] | `cuda/argmax.cu.tera` (`BLOCK = 1024`) | a block per (row, chunk), then a warp per row |
 //! | [`embedding`] | `cuda/embedding.cu` | a block per id |
 //!
+//! The ops of a GPU-resident forward: activations in f32, GEMM inputs in bf16 bits (`u16`), ids,
+//! positions and row indices as device `u32` buffers.
+//!
+//! | op | CUDA source | launch |
+//! |---|---|---|
+//! | [`f32_to_bf16`], [`f32_to_f16`], [`bf16_to_f32`], [`f16_to_f32`] | `cuda/cast.cu` | 4 elements per thread, vector loads |
+//! | [`add_assign`] | `cuda/add_assign.cu` | 4 elements per thread, float4 |
+//! | [`silu_mul_halves_f32`], [`silu_mul_halves_bf16`] | `cuda/silu_mul.cu` | 4 columns per thread |
+//! | [`copy_cols`], [`gather_rows_u16`], [`gather_rows_f32`], [`scatter_rows_bf16_to_f32`] | `cuda/rows.cu` | a block per row, 16-byte accesses |
+//! | [`embedding_bf16`] | `cuda/embedding.cu` | a block per id |
+//! | [`rope_strided`] | `cuda/rope_strided.cu` | a thread per rotated pair |
+//! | [`kv_append`] | `cuda/kv_append.cu` | a block per (token, head) |
+//! | [`attention_tree`] | `cuda/attention.cu.tera` (`WARPS = 4`) | a block per (query, head), a running softmax per warp |
+//! | [`route_noaux_tc`] | `cuda/route.cu` | a warp per token |
+//! | [`moe_combine`] | `cuda/moe_combine.cu` | a block per token, float4 |
+//!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use kdtree_jit::{Gpu, kernel::Kernels};
@@ -29,4 +45,10 @@ pub mod ops;
 pub mod shape;
 
 pub use error::{Error, Result};
+pub use ops::attention::{AttentionShape, KvLayout, attention_tree, kv_append, mask_words};
+pub use ops::cast::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use ops::elementwise::{add_assign, silu_mul_halves_bf16, silu_mul_halves_f32};
+pub use ops::moe::{Routing, moe_combine, route_noaux_tc};
+pub use ops::rope::{RopeColumns, RopeLayout, rope_strided};
+pub use ops::rows::{copy_cols, embedding_bf16, gather_rows_f32, gather_rows_u16, scatter_rows_bf16_to_f32};
 pub use ops::{argmax, embedding, rmsnorm, rope_interleaved, silu_mul, softmax};

@@ -10,7 +10,32 @@ fn every_kernel_is_registered_and_compiles_for_sm90_and_sm120() {
     let names: Vec<&str> = ours.iter().map(|d| d.name).collect();
     assert_eq!(
         names,
-        ["rmsnorm", "silu_mul", "rope_interleaved", "softmax", "argmax_partial", "argmax_finish", "embedding"]
+        [
+            "rmsnorm",
+            "silu_mul",
+            "rope_interleaved",
+            "softmax",
+            "argmax_partial",
+            "argmax_finish",
+            "embedding",
+            "embedding_bf16",
+            "f32_to_bf16",
+            "f32_to_f16",
+            "bf16_to_f32",
+            "f16_to_f32",
+            "add_assign",
+            "copy_cols",
+            "gather_rows_u16",
+            "gather_rows_f32",
+            "scatter_rows_bf16_to_f32",
+            "silu_mul_halves_f32",
+            "silu_mul_halves_bf16",
+            "rope_strided",
+            "kv_append",
+            "attention_tree",
+            "route_noaux_tc",
+            "moe_combine",
+        ]
     );
     let all = registered();
     for def in ours {

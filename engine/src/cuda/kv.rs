@@ -81,7 +81,7 @@ impl KvStore for CudaKv {
             for (buf, w) in [(k, kw), (v, vw)] {
                 // Gathered first, then copied back: kept rows move down onto rows still to be read.
                 let mut kept = stream.alloc_zeros::<f32>(rows.len() * w)?;
-                super::ops::gather_rows_f32(&self.kernels, buf, &idx, w, &mut kept)?;
+                kdtree_kernels::gather_rows_f32(&self.kernels, buf, w, &idx, 0, rows.len(), &mut kept)?;
                 stream.memcpy_dtod(&kept, &mut buf.slice_mut(start * w..(start + rows.len()) * w))?;
             }
         }

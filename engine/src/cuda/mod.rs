@@ -284,17 +284,17 @@ impl Backend for CudaBackend {
             n: tokens.len(),
             tokens: s.clone_htod(tokens)?,
             positions: s.clone_htod(&positions)?,
-            mask: s.clone_htod(&tensor::mask_bits(mask))?,
+            mask: s.clone_htod(&kdtree_kernels::mask_words(mask.len(), |i, j| mask.visible(i, j)))?,
         })
     }
 
     fn embedding(&self, table: &CudaLinear, batch: &CudaBatch) -> Result<CudaTensor> {
-        let CudaLinear::Dense { n, k, dtype, w } = table else {
+        let CudaLinear::Dense { k, dtype, w, .. } = table else {
             return Err(shape_error("embedding", "the table is INT4; embeddings must be dense".into()));
         };
         self.timed(rest, || {
             let mut out = self.tensor(batch.n, *k)?;
-            ops::embedding(&self.kernels, w, *dtype, *n, *k, &batch.tokens, &mut out.data)?;
+            ops::embedding(&self.kernels, w, *dtype, *k, &batch.tokens, &mut out.data)?;
             Ok(out)
         })
     }
@@ -316,7 +316,7 @@ impl Backend for CudaBackend {
     }
 
     fn add_assign(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
-        self.timed(rest, || ops::add_assign(&self.kernels, &mut x.data, &y.data))
+        self.timed(rest, || Ok(kdtree_kernels::add_assign(&self.kernels, &mut x.data, &y.data)?))
     }
 
     fn silu_mul(&self, x: &CudaTensor) -> Result<CudaTensor> {
@@ -325,7 +325,7 @@ impl Backend for CudaBackend {
         }
         self.timed(rest, || {
             let mut half = self.output::<u16>(x.len() / 2)?;
-            ops::silu_mul_halves_f32_to_bf16(&self.kernels, &x.data, x.rows, x.cols, &mut half)?;
+            kdtree_kernels::silu_mul_halves_f32(&self.kernels, &x.data, x.rows, x.cols / 2, &mut half)?;
             let mut out = self.tensor(x.rows, x.cols / 2)?;
             ops::from_half(&self.kernels, &half, kdtree_quant::Dtype::Bf16, &mut out.data)?;
             Ok(out)
@@ -335,7 +335,7 @@ impl Backend for CudaBackend {
     fn columns(&self, x: &CudaTensor, start: usize, len: usize) -> Result<CudaTensor> {
         self.timed(rest, || {
             let mut out = self.tensor(x.rows, len)?;
-            ops::copy_cols(&self.kernels, &x.data, x.rows, x.cols, start, len, &mut out.data)?;
+            kdtree_kernels::copy_cols(&self.kernels, &x.data, x.cols, start, len, &mut out.data)?;
             Ok(out)
         })
     }
@@ -351,19 +351,16 @@ impl Backend for CudaBackend {
         if x.rows != batch.n {
             return Err(shape_error("rope", format!("{} rows for a batch of {}", x.rows, batch.n)));
         }
-        self.timed(rest, || ops::rope(&self.kernels, &mut x.data, x.rows, x.cols, span, &batch.positions, cos, sin))
+        self.timed(rest, || ops::rope(&self.kernels, &mut x.data, x.cols, span, &batch.positions, cos, sin))
     }
 
     fn kv_append(&self, cache: &mut CudaKv, layer: usize, kv: &CudaTensor, k_rope: &CudaTensor) -> Result<()> {
         let start = cache.len();
         cache.reserve(start + kv.rows)?;
         let heads = cache.heads;
-        let capacity = cache.capacity;
         let (k, v) =
             cache.layers.get_mut(layer).ok_or_else(|| shape_error("kv_append", format!("no layer {layer}")))?;
-        self.timed(attention, || {
-            ops::kv_append(&self.kernels, &kv.data, &k_rope.data, kv.rows, heads, start, capacity, k, v)
-        })
+        self.timed(attention, || ops::kv_append(&self.kernels, &kv.data, &k_rope.data, heads, start, k, v))
     }
 
     fn attention(&self, q: &CudaTensor, cache: &CudaKv, layer: usize, batch: &CudaBatch) -> Result<CudaTensor> {
@@ -371,7 +368,7 @@ impl Backend for CudaBackend {
         let (k, v) = cache.layers.get(layer).ok_or_else(|| shape_error("attention", format!("no layer {layer}")))?;
         self.timed(attention, || {
             let mut out = self.tensor(batch.n, h.heads * h.v)?;
-            ops::attention(&self.kernels, &q.data, k, v, &batch.mask, cache.len(), batch.n, h, &mut out.data)?;
+            ops::attention(&self.kernels, &q.data, k, v, &batch.mask, cache.len(), h, &mut out.data)?;
             Ok(out)
         })
     }

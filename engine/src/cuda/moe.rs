@@ -110,7 +110,7 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, e: &CudaExperts) -> Resul
     let logits = linear::dense(b, GemmInput::F32, &x.data, &e.router, (m, r.n_experts, h))?;
     let mut ids = b.output::<u32>(m * r.top_k)?;
     let mut weights = b.output::<f32>(m * r.top_k)?;
-    ops::route(b.kernels(), &logits, &e.bias, r, m, &mut ids, &mut weights)?;
+    ops::route(b.kernels(), &logits, &e.bias, r, &mut ids, &mut weights)?;
     let plan = assign(&s.clone_dtoh(&ids)?, r.top_k, r.n_experts)?;
     b.count_experts(plan.spans.len());
     let (order, dest) = (s.clone_htod(&plan.order)?, s.clone_htod(&plan.dest)?);
@@ -121,7 +121,7 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, e: &CudaExperts) -> Resul
     for &(expert, start, count) in &plan.spans {
         let (gate_up, down) = &e.experts[expert];
         let mut xg = b.output::<u16>(count * h)?;
-        ops::gather_rows_u16(b.kernels(), &xh, &order, start, count, h, &mut xg)?;
+        kdtree_kernels::gather_rows_u16(b.kernels(), &xh, h, &order, start, count, &mut xg)?;
         let gu = half_linear(b, &xg, count, gate_up)?;
         let mut act = b.output::<u16>(count * gate_up.n() / 2)?;
         ops::silu_mul_halves_u16(b.kernels(), &gu, count, gate_up.n(), dtype, &mut act)?;
@@ -129,7 +129,7 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, e: &CudaExperts) -> Resul
         ops::scatter_rows_to_f32(b.kernels(), &y, dtype, &dest, start, count, h, &mut slots)?;
     }
     let mut out = b.output::<f32>(m * h)?;
-    ops::moe_combine(b.kernels(), &slots, &weights, m, r.top_k, h, &mut out)?;
+    kdtree_kernels::moe_combine(b.kernels(), &slots, &weights, r.top_k, &mut out)?;
     Ok(CudaTensor { data: out, rows: m, cols: h })
 }
 

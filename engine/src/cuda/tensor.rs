@@ -28,32 +28,3 @@ pub struct CudaBatch {
     /// word `w` of row `i` is whether token `i` sees token `32 w + b`.
     pub mask: CudaSlice<u32>,
 }
-
-/// [`CudaBatch::mask`]'s bits, built on the host.
-pub fn mask_bits(mask: &crate::TreeMask) -> Vec<u32> {
-    let n = mask.len();
-    let words = n.div_ceil(32);
-    let mut bits = vec![0u32; n * words];
-    for i in 0..n {
-        for j in 0..n {
-            if mask.visible(i, j) {
-                bits[i * words + j / 32] |= 1 << (j % 32);
-            }
-        }
-    }
-    bits
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::TreeMask;
-
-    #[test]
-    fn mask_bits_follow_the_tree() {
-        let tree = TreeMask::from_parents(&[None, Some(0), Some(0), Some(1)]);
-        assert_eq!(mask_bits(&tree), [0b1, 0b11, 0b101, 0b1011]);
-        let wide = mask_bits(&TreeMask::causal(40));
-        assert_eq!((wide.len(), wide[39 * 2], wide[39 * 2 + 1]), (80, u32::MAX, 0xff));
-    }
-}

@@ -1,5 +1,8 @@
 //! What the GPU tests share: one GPU and one set of loaded kernels per test binary.
 
+// Each test binary compiles this module and uses only some of it.
+#![allow(dead_code)]
+
 use std::sync::OnceLock;
 
 use kdtree_jit::Gpu;

@@ -1,10 +1,30 @@
 //! The length checks each safe op makes before launching, as pure functions of buffer lengths so that
 //! they are tested without a GPU. Each returns the kernel's `unsigned int` size arguments.
+//!
+//! Where an op takes a count (`n`, `m`, `rows`), its buffers must hold at least what that count needs,
+//! so that one buffer serves calls of many sizes; otherwise the sizes come from the buffers' lengths,
+//! which must then agree exactly.
+
+mod attention;
+mod elementwise;
+mod moe;
+mod rope;
+mod rows;
+
+pub use attention::{AttentionArgs, KvAppendArgs, MAX_HEAD_DIM, MAX_NEW_TOKENS, attention, kv_append};
+pub use elementwise::{at_least, silu_halves};
+pub use moe::{MAX_EXPERTS, MAX_GROUPS, MAX_TOP_K, RouteArgs, moe_combine, route};
+pub use rope::{RopeArgs, rope_strided};
+pub use rows::{copy_cols, embedding_rows, indexed_rows};
 
 use crate::error::{Error, Result};
 
 fn ensure(op: &'static str, ok: bool, reason: impl FnOnce() -> String) -> Result<()> {
     if ok { Ok(()) } else { Err(Error::Shape { op, reason: reason() }) }
+}
+
+fn unsupported(op: &'static str, ok: bool, reason: impl FnOnce() -> String) -> Result<()> {
+    if ok { Ok(()) } else { Err(Error::Unsupported { op, reason: reason() }) }
 }
 
 fn to_u32(op: &'static str, what: &str, n: usize) -> Result<u32> {
@@ -13,7 +33,7 @@ fn to_u32(op: &'static str, what: &str, n: usize) -> Result<u32> {
 
 /// `x` is whole rows of `cols`; returns (rows, cols).
 pub fn rows(op: &'static str, x: usize, cols: usize) -> Result<(u32, u32)> {
-    ensure(op, cols > 0 && x % cols == 0, || format!("{x} values are not rows of {cols}"))?;
+    ensure(op, cols > 0 && x.is_multiple_of(cols), || format!("{x} values are not rows of {cols}"))?;
     Ok((to_u32(op, "rows", x / cols)?, to_u32(op, "cols", cols)?))
 }
 
@@ -44,12 +64,16 @@ pub fn rope(
     table: (usize, usize),
 ) -> Result<(u32, u32, u32, Vec<u32>)> {
     let (op, rows, half) = ("rope_interleaved", positions.len(), head_dim / 2);
-    ensure(op, head_dim > 0 && head_dim % 2 == 0, || format!("head_dim {head_dim} is not a positive even number"))?;
-    ensure(op, rows > 0 && x % (rows * head_dim) == 0, || {
+    ensure(op, head_dim > 0 && head_dim.is_multiple_of(2), || {
+        format!("head_dim {head_dim} is not a positive even number")
+    })?;
+    ensure(op, rows > 0 && x.is_multiple_of(rows * head_dim), || {
         format!("x holds {x} values, not {rows} rows of heads of {head_dim}")
     })?;
     let (cos, sin) = table;
-    ensure(op, cos == sin && cos % half == 0, || format!("cos ({cos}) and sin ({sin}) are not [max_pos, {half}]"))?;
+    ensure(op, cos == sin && cos.is_multiple_of(half), || {
+        format!("cos ({cos}) and sin ({sin}) are not [max_pos, {half}]")
+    })?;
     let max = cos / half;
     if let Some(&position) = positions.iter().find(|&&p| p >= max) {
         return Err(Error::PositionOutOfRange { position, max });
@@ -64,7 +88,7 @@ pub fn rope(
 /// Every id below the table's rows; returns (vocab, dim).
 pub fn embedding(table: usize, dim: usize, ids: &[u32], out: usize) -> Result<(u32, u32)> {
     let op = "embedding";
-    ensure(op, dim > 0 && table % dim == 0, || format!("table holds {table} values, not rows of {dim}"))?;
+    ensure(op, dim > 0 && table.is_multiple_of(dim), || format!("table holds {table} values, not rows of {dim}"))?;
     ensure(op, out == ids.len() * dim, || {
         format!("out holds {out}, {} ids x {dim} need {}", ids.len(), ids.len() * dim)
     })?;
@@ -91,7 +115,7 @@ mod tests {
     fn argmax_chunks_cover_the_row_and_stay_aligned() {
         for (rows, cols) in [(1, 163_840), (128, 163_840), (1024, 163_840), (3, 5), (1, u32::MAX - 3)] {
             let (chunk, chunks) = argmax_chunks(rows, cols);
-            assert!(chunk % 4 == 0 && chunks <= 65535, "{rows} x {cols}: {chunk} x {chunks}");
+            assert!(chunk.is_multiple_of(4) && chunks <= 65535, "{rows} x {cols}: {chunk} x {chunks}");
             assert!(
                 chunk as u64 * chunks as u64 >= cols as u64
                     && (chunks - 1) as u64 * (chunk as u64) < cols.max(1) as u64
