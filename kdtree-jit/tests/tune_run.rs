@@ -9,7 +9,7 @@ use kdtree_jit::tune::bench::Timing;
 use kdtree_jit::tune::db::{CompileFailure, Entry, TuningDb};
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::tune::error::Result;
-use kdtree_jit::tune::key::{ProblemKey, Shape};
+use kdtree_jit::tune::key::{KIMI_K2_EXPERTS, ProblemKey, Shape};
 use kdtree_jit::tune::peers::Peers;
 use kdtree_jit::tune::prune::{Scope, prune};
 use kdtree_jit::tune::run::{self, Progress, TuneOutcome, TuneRequest, Tuner};
@@ -240,4 +240,15 @@ fn a_deadline_already_passed_compiles_nothing_and_skips_everything() {
     assert_eq!(outcome.skipped, request(None).problems);
     assert!(device.tuned.is_empty());
     assert!(!path.exists(), "nothing to save, nothing written");
+}
+
+#[test]
+fn the_expert_preset_is_the_first_two_shapes_of_kimi_k2_and_plans_them_at_every_bucket() {
+    use kdtree_jit::tune::key::{KIMI_K2, M_BUCKETS};
+    assert_eq!(KIMI_K2_EXPERTS.shapes, &KIMI_K2.shapes[..2]);
+    assert_eq!(KIMI_K2_EXPERTS.shapes, [UP, DOWN]);
+    let request = TuneRequest::preset(&KIMI_K2_EXPERTS);
+    let expected: Vec<(Shape, u32)> = [UP, DOWN].iter().flat_map(|&s| M_BUCKETS.map(|m| (s, m))).collect();
+    assert_eq!(request.problems, expected);
+    assert_eq!((request.group_size, request.dtype, request.deadline), (32, Dtype::Bf16, None));
 }

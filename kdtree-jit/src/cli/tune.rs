@@ -27,15 +27,17 @@ accepts and what can compute the shape (gemv and stream only up to their rows); 
 more rows than M (mma tiles above max(16, M), stream and gemv blocks above 4 M, M rounded up to a
 power of two); no split-K once the grid alone is four waves of the SMs deep; no variant whose
 compilation failed before with the same arch, NVRTC and templates (--retry-failed tries again). For
-the Kimi K2 preset on an H200 this leaves 16 to 78 of the 135 valid bf16 group-32 variants per
+the kimi-k2 preset on an H200 this leaves 16 to 78 of the 135 valid bf16 group-32 variants per
 (shape, M), 1624 in all; the whole preset, compiling them on 16 cores included, takes about 20 s.";
 
 /// Tune W4A16 GEMM variants on this GPU and store the winners in the tuning DB.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = HOW)]
 pub struct TuneArgs {
-    /// A model's decode GEMMs. kimi-k2: N x K = 4096x7168 (expert gate+up), 7168x2048 (expert down),
-    /// 18432x7168 and 7168x18432 (dense MLP), group 32, bf16, M = 1, 2, 4, ..., 128.
+    /// A model's decode GEMMs, group 32, bf16, M = 1, 2, 4, ..., 128. kimi-k2-experts: N x K =
+    /// 4096x7168 (an expert's gate and up fused) and 7168x2048 (expert down), the W4A16 GEMMs the
+    /// engine runs for Kimi K2. kimi-k2: those and 18432x7168, 7168x18432 (dense MLP), which K2's
+    /// checkpoints hold in bf16 and the engine runs on cuBLAS: tuned for comparison.
     #[arg(long, required_unless_present = "shape", conflicts_with = "shape")]
     pub preset: Option<String>,
     /// A weight's N,K (repeat for several shapes).
@@ -121,7 +123,9 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
 pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
     let mut request = match &args.preset {
         Some(name) => {
-            let p = key::preset(name).with_context(|| format!("unknown preset `{name}`: the presets are kimi-k2"))?;
+            let names: Vec<&str> = key::PRESETS.iter().map(|p| p.name).collect();
+            let p = key::preset(name)
+                .with_context(|| format!("unknown preset `{name}`: the presets are {}", names.join(", ")))?;
             TuneRequest::preset(p)
         }
         None => TuneRequest::grid(&args.shape, &args.m, args.group, args.dtype),

@@ -8,7 +8,7 @@
 //!
 //! ```no_run
 //! use std::time::{Duration, Instant};
-//! use kdtree_jit::tune::{db::TuningDb, flush::FlushMode, key::KIMI_K2, session::Session};
+//! use kdtree_jit::tune::{db::TuningDb, flush::FlushMode, key::KIMI_K2_EXPERTS, session::Session};
 //! use kdtree_jit::tune::run::{self, Progress, TuneRequest};
 //! # fn main() -> kdtree_jit::tune::error::Result<()> {
 //! kdtree_jit::probe::load_nvrtc(None)?;
@@ -18,7 +18,7 @@
 //! let cache = kdtree_jit::Cache::open(&kdtree_jit::Cache::default_dir())?;
 //! let request = TuneRequest {
 //!     deadline: Some(Instant::now() + Duration::from_secs(60)),
-//!     ..TuneRequest::preset(&KIMI_K2)
+//!     ..TuneRequest::preset(&KIMI_K2_EXPERTS)
 //! };
 //! let mut session = Session::open(&gpu, FlushMode::Read)?;
 //! let outcome = run::tune(&mut session, &mut db, &path, Some(&cache), &request, &mut |p| {
