@@ -28,7 +28,9 @@ fn tuning_a_small_shape_fills_the_db_with_correct_fast_variants() {
     let kernels = session.compile(&all, &mut db, None, false, |_| {}).unwrap();
     assert!(db.compile_failures.is_empty(), "{:?}", db.compile_failures);
 
-    let tuned = session.tune_shape((shape, 32, Dtype::Bf16), &work, &kernels, &SearchConfig::default(), || {}).unwrap();
+    let tuned = session
+        .tune_shape((shape, 32, Dtype::Bf16), &work, &kernels, &SearchConfig::default(), || true, || {})
+        .unwrap();
     assert_eq!(tuned.len(), 4);
     for t in tuned {
         let entry = t.entry.unwrap_or_else(|| panic!("M bucket {}: nothing correct: {:?}", t.key.m_bucket, t.rejected));

@@ -9,12 +9,10 @@ use kdtree_quant::Dtype;
 use kdtree_jit::tune::db::{self, TuningDb};
 use kdtree_jit::tune::flush::FlushMode;
 use kdtree_jit::tune::key::{self, M_BUCKETS, Shape};
-use kdtree_jit::tune::prune::{self, Scope};
 use kdtree_jit::tune::report::{self, Report, Row, StaleRow};
-use kdtree_jit::tune::search::SearchConfig;
-use kdtree_jit::tune::session::{AtM, Session};
-use kdtree_jit::w4a16::W4a16;
-use kdtree_jit::{Cache, Gpu, Target, Variant, probe};
+use kdtree_jit::tune::run::{self, Progress, TuneRequest};
+use kdtree_jit::tune::session::Session;
+use kdtree_jit::{Cache, Gpu, probe};
 
 const HOW: &str = "\
 How it works: for each shape and M, every variant left after pruning runs once on random data and is
@@ -29,15 +27,17 @@ accepts and what can compute the shape (gemv and stream only up to their rows); 
 more rows than M (mma tiles above max(16, M), stream and gemv blocks above 4 M, M rounded up to a
 power of two); no split-K once the grid alone is four waves of the SMs deep; no variant whose
 compilation failed before with the same arch, NVRTC and templates (--retry-failed tries again). For
-the Kimi K2 preset on an H200 this leaves 16 to 78 of the 135 valid bf16 group-32 variants per
+the kimi-k2 preset on an H200 this leaves 16 to 78 of the 135 valid bf16 group-32 variants per
 (shape, M), 1624 in all; the whole preset, compiling them on 16 cores included, takes about 20 s.";
 
 /// Tune W4A16 GEMM variants on this GPU and store the winners in the tuning DB.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = HOW)]
 pub struct TuneArgs {
-    /// A model's decode GEMMs. kimi-k2: N x K = 4096x7168 (expert gate+up), 7168x2048 (expert down),
-    /// 18432x7168 and 7168x18432 (dense MLP), group 32, bf16, M = 1, 2, 4, ..., 128.
+    /// A model's decode GEMMs, group 32, bf16, M = 1, 2, 4, ..., 128. kimi-k2-experts: N x K =
+    /// 4096x7168 (an expert's gate and up fused) and 7168x2048 (expert down), the W4A16 GEMMs the
+    /// engine runs for Kimi K2. kimi-k2: those and 18432x7168, 7168x18432 (dense MLP), which K2's
+    /// checkpoints hold in bf16 and the engine runs on cuBLAS: tuned for comparison.
     #[arg(long, required_unless_present = "shape", conflicts_with = "shape")]
     pub preset: Option<String>,
     /// A weight's N,K (repeat for several shapes).
@@ -121,69 +121,53 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
 }
 
 pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
-    let (shapes, group, dtype, ms) = match &args.preset {
+    let mut request = match &args.preset {
         Some(name) => {
-            let p = key::preset(name).with_context(|| format!("unknown preset `{name}`: the presets are kimi-k2"))?;
-            (p.shapes.to_vec(), p.group_size, p.dtype, p.ms.to_vec())
+            let names: Vec<&str> = key::PRESETS.iter().map(|p| p.name).collect();
+            let p = key::preset(name)
+                .with_context(|| format!("unknown preset `{name}`: the presets are {}", names.join(", ")))?;
+            TuneRequest::preset(p)
         }
-        None => (args.shape.clone(), args.group, args.dtype, args.m.clone()),
+        None => TuneRequest::grid(&args.shape, &args.m, args.group, args.dtype),
     };
+    request.retry_failed = args.retry_failed;
     let gpu = args.out.open_gpu(nvrtc, "tune")?;
     let mut session = Session::open(&gpu, args.out.flush)?;
     let db_path = args.out.db_path();
     let mut db = TuningDb::open(&db_path)?;
-
-    let valid = W4a16::valid(&Target { arch: gpu.arch });
-    let plan: Vec<(Shape, Vec<AtM>)> = shapes
-        .iter()
-        .map(|&shape| {
-            let per_m = ms.iter().map(|&m| {
-                let scope = Scope { m, shape, group_size: group, dtype, sms: session.sms };
-                (m, prune::prune(&valid, &scope))
-            });
-            (shape, per_m.collect())
-        })
-        .collect();
-    let mut all: Vec<W4a16> = plan.iter().flat_map(|(_, w)| w.iter().flat_map(|(_, vs)| vs.iter().copied())).collect();
-    all.sort_by_key(|v| v.name());
-    all.dedup();
-
     let cache = Cache::open(&Cache::default_dir())?;
-    let compiling = bar(all.len() as u64, "compile");
-    let kernels =
-        session.compile(&all, &mut db, Some(&cache), args.retry_failed, |done| compiling.set_position(done as u64))?;
-    compiling.finish_and_clear();
-    db.save(&db_path)?;
-    let refused = all.iter().filter(|v| !kernels.contains_key(&v.name())).count();
-    if refused > 0 {
-        eprintln!("{refused} variants did not compile (logs in {}); the others are tuned", db_path.display());
-    }
 
-    let total = plan.iter().flat_map(|(_, w)| w.iter().map(|(_, vs)| vs.len() as u64)).sum();
-    let tuning = bar(total, "tune");
-    let mut rows = Vec::new();
-    let mut failed = Vec::new();
-    for (shape, work) in &plan {
-        for tuned in
-            session.tune_shape((*shape, group, dtype), work, &kernels, &SearchConfig::default(), || tuning.inc(1))?
-        {
-            for r in &tuned.rejected {
-                tuning.suspend(|| eprintln!("{shape} M={}: {} rejected: {}", tuned.key.m_bucket, r.variant, r.reason));
-            }
-            match tuned.entry {
-                Some(entry) => {
-                    rows.push(Row::from_entry(&entry));
-                    db.insert(entry);
-                }
-                None => failed.push(format!("{shape} M={}", tuned.key.m_bucket)),
+    let (mut compiling, mut tuning) = (None::<ProgressBar>, None::<ProgressBar>);
+    let outcome = run::tune(&mut session, &mut db, &db_path, Some(&cache), &request, &mut |p| match p {
+        Progress::Compiling { done, total } => {
+            compiling.get_or_insert_with(|| bar(total as u64, "compile")).set_position(done as u64)
+        }
+        Progress::Compiled { refused, .. } => {
+            compiling.take().inspect(ProgressBar::finish_and_clear);
+            if refused > 0 {
+                eprintln!("{refused} variants did not compile (logs in {}); the others are tuned", db_path.display());
             }
         }
-        db.save(&db_path)?;
-    }
-    tuning.finish_and_clear();
-    let stale = stale_rows(&db, &session, &db_path);
-    args.out.emit(&session, rows, stale)?;
-    if !failed.is_empty() {
+        Progress::Tuning { candidates } => tuning = Some(bar(candidates as u64, "tune")),
+        Progress::Gated => tuning.iter().for_each(|b| b.inc(1)),
+        Progress::Tuned(tuned) => {
+            for r in &tuned.rejected {
+                let line =
+                    format!("{} M={}: {} rejected: {}", tuned.key.shape(), tuned.key.m_bucket, r.variant, r.reason);
+                match &tuning {
+                    Some(b) => b.suspend(|| eprintln!("{line}")),
+                    None => eprintln!("{line}"),
+                }
+            }
+        }
+    })?;
+    tuning.inspect(ProgressBar::finish_and_clear);
+    print_stale(&outcome.stale, &db_path);
+    let rows = outcome.entries.iter().map(Row::from_entry).collect();
+    args.out.emit(&session, rows, outcome.stale)?;
+    if !outcome.failed.is_empty() {
+        let failed: Vec<String> =
+            outcome.failed.iter().map(|f| format!("{} M={}", f.key.shape(), f.key.m_bucket)).collect();
         bail!("no correct variant for {}", failed.join(", "));
     }
     Ok(())
@@ -191,13 +175,16 @@ pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
 
 /// The DB's entries from other environments, also said on stderr: they are kept but never used here.
 pub fn stale_rows(db: &TuningDb, session: &Session<'_>, path: &Path) -> Vec<StaleRow> {
-    let (_, stale) = db.partition(&session.env);
-    let rows: Vec<StaleRow> = stale.iter().map(StaleRow::from_stale).collect();
+    let rows = report::stale_rows(db, &session.env);
+    print_stale(&rows, path);
+    rows
+}
+
+fn print_stale(rows: &[StaleRow], path: &Path) {
     if !rows.is_empty() {
         eprintln!("{} entries of {} are stale here and not used:", rows.len(), path.display());
-        for r in &rows {
+        for r in rows {
             eprintln!("  {} M={} {}: {}", r.shape, r.m_bucket, r.variant, r.differences.join("; "));
         }
     }
-    rows
 }

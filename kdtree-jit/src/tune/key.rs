@@ -85,7 +85,8 @@ pub struct Preset {
 }
 
 /// Kimi K2's decode GEMMs: the routed experts are int4 with group 32 (its quantization config);
-/// the dense MLP shapes are tuned too, since the same kernel serves any int4 copy of them.
+/// the dense MLP shapes are bf16 in K2's checkpoints (the engine runs them on cuBLAS) and are
+/// tuned for comparison, since the same kernel would serve an int4 copy of them.
 pub const KIMI_K2: Preset = Preset {
     name: "kimi-k2",
     shapes: &[
@@ -99,7 +100,18 @@ pub const KIMI_K2: Preset = Preset {
     ms: &M_BUCKETS,
 };
 
-pub const PRESETS: [Preset; 1] = [KIMI_K2];
+/// The W4A16 GEMMs the engine runs for Kimi K2: each routed expert's gate and up projections
+/// fused into one [2 x 2048, 7168] weight, and its down projection.
+pub const KIMI_K2_EXPERTS: Preset = Preset {
+    name: "kimi-k2-experts",
+    shapes: &[
+        Shape { n: 4096, k: 7168 }, // routed expert gate+up
+        Shape { n: 7168, k: 2048 }, // routed expert down
+    ],
+    ..KIMI_K2
+};
+
+pub const PRESETS: [Preset; 2] = [KIMI_K2, KIMI_K2_EXPERTS];
 
 pub fn preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name)

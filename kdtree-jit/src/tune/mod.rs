@@ -10,12 +10,14 @@
 //! | time: warm-up, flush, median and spread | [`clock`], [`bench`] |
 //! | gate, screen, time the finalists (GPU-free core) | [`search`] |
 //! | the W4A16 candidates on the GPU | [`gpu`] |
-//! | a whole run: compile once, then every shape and M | [`session`] |
+//! | the device side of a run: compile once, then every M of a shape | [`session`] |
+//! | a whole run as one call: plan, compile, tune, save; a deadline | [`run`] |
 //! | cuBLAS and copy bandwidth in the same run | [`peers`] |
 //! | results by problem and environment; stale ones refused | [`db`], [`env`] |
 //! | table, JSON, roofline picture | [`report`], [`plot`] |
 //!
-//! The engine asks the DB, never the tuner:
+//! The engine asks the DB (which it may fill first at startup, within a time budget, with
+//! [`run::tune`]):
 //!
 //! ```no_run
 //! use kdtree_jit::Arch;
@@ -46,5 +48,6 @@ pub mod plot;
 pub mod problem;
 pub mod prune;
 pub mod report;
+pub mod run;
 pub mod search;
 pub mod session;

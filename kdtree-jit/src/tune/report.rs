@@ -4,7 +4,8 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::db::{Entry, Stale};
+use super::db::{Entry, Stale, TuningDb};
+use super::env::Environment;
 use super::flush::FlushMode;
 use super::key::Shape;
 
@@ -70,7 +71,7 @@ pub struct Report {
     pub stale: Vec<StaleRow>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct StaleRow {
     pub shape: Shape,
     pub m_bucket: u32,
@@ -87,6 +88,11 @@ impl StaleRow {
             differences: s.differences.iter().map(|d| d.to_string()).collect(),
         }
     }
+}
+
+/// The entries of `db` measured in another environment than `env`, which are kept but not used.
+pub fn stale_rows(db: &TuningDb, env: &Environment) -> Vec<StaleRow> {
+    db.partition(env).1.iter().map(StaleRow::from_stale).collect()
 }
 
 /// The table: one line per (shape, M).

@@ -39,6 +39,7 @@ pub struct Session<'g> {
 pub type AtM = (u32, Vec<W4a16>);
 
 /// The result of one (shape, M): the DB entry when some candidate was correct, and the rejections.
+#[derive(Clone, Debug)]
 pub struct Tuned {
     pub key: ProblemKey,
     pub entry: Option<Entry>,
@@ -102,13 +103,15 @@ impl<'g> Session<'g> {
         Ok(kernels)
     }
 
-    /// Tunes one shape at each `(m, candidates)` of `work`; `progress` is called once per candidate gated.
+    /// Tunes one shape at each `(m, candidates)` of `work`, in order, asking `proceed` before each
+    /// M and stopping at the first `false`; `progress` is called once per candidate gated.
     pub fn tune_shape(
         &mut self,
         (shape, group_size, dtype): (Shape, u32, Dtype),
         work: &[AtM],
         kernels: &HashMap<String, CudaFunction>,
         cfg: &SearchConfig,
+        mut proceed: impl FnMut() -> bool,
         mut progress: impl FnMut(),
     ) -> Result<Vec<Tuned>> {
         let m_max = work.iter().map(|(m, _)| *m as usize).max().unwrap_or(1);
@@ -122,6 +125,9 @@ impl<'g> Session<'g> {
         ];
         let mut results = Vec::new();
         for (m, candidates) in work {
+            if !proceed() {
+                break;
+            }
             let candidates: Vec<W4a16> =
                 candidates.iter().filter(|v| kernels.contains_key(&v.name())).copied().collect();
             let mut runner = W4a16Runner {
@@ -170,7 +176,7 @@ impl<'g> Session<'g> {
         let Some(first) = entries.first() else { return Ok(Vec::new()) };
         let cfg = SearchConfig { screen: BenchConfig::FINAL, finalists: 0, fin: BenchConfig::FINAL };
         let key = &first.key;
-        self.tune_shape((key.shape(), key.group_size, key.dtype), &work, kernels, &cfg, || {})
+        self.tune_shape((key.shape(), key.group_size, key.dtype), &work, kernels, &cfg, || true, || {})
     }
 
     fn peers(&mut self, dense: &mut [DensePeer; 2], (m, shape): (usize, Shape)) -> Result<Peers> {
