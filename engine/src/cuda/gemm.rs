@@ -91,12 +91,6 @@ pub fn gemm<T>(
     Ok(())
 }
 
-/// Whether libcublas can be loaded (any other first cuBLAS call panics when it cannot).
-pub fn cublas_present() -> bool {
-    // SAFETY: only tries to open the library by its known names.
-    unsafe { blas_sys::is_culib_present() }
-}
-
 /// Rows `m` rounded up to whole exact-mode chunks.
 pub fn padded_rows(m: usize) -> usize {
     m.div_ceil(EXACT_ROWS) * EXACT_ROWS

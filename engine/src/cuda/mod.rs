@@ -94,7 +94,7 @@ impl CudaBackend {
         let env = Environment::detect(&gpu)?;
         let db = TuningDb::open(&options.tuning_db)?;
         let cache = Cache::open(&Cache::default_dir()).ok();
-        if !gemm::cublas_present() {
+        if !kdtree_jit::tune::cublas_present() {
             return Err(EngineError::BackendUnavailable {
                 reason: "libcublas was not found on the loader path".into(),
             });

@@ -51,3 +51,6 @@ pub mod report;
 pub mod run;
 pub mod search;
 pub mod session;
+
+/// Whether libcublas can be loaded: probe before any cuBLAS call, which panics when it cannot.
+pub use cuda::cublas_present;
