@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 . scripts/nvrtc.sh
+# A clean build gains nothing from incremental state, and it costs disk that CI may not have.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 cargo test --workspace --lib --bins --tests --examples "$@"
 cargo test --workspace --doc
