@@ -1,11 +1,15 @@
-//! `generate --spec ddtree`: the options, and a run of DDTree next to plain greedy for comparison.
+//! `generate --spec ddtree|chain`: the options, and a speculative run next to plain greedy for
+//! comparison.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{BlockDrafter, Drafter, LookupDrafter, ModelDrafter, Stats, TreeLimits, ddtree_generate};
+use super::{
+    BlockDrafter, CostModel, Drafter, LookupDrafter, Method, ModelDrafter, NoisyOracle, Stats, TreeLimits,
+    speculative_generate,
+};
 use crate::error::{EngineError, Result};
 use crate::generate::greedy_generate;
 use crate::model::{Config, Model};
@@ -14,20 +18,34 @@ use crate::registry::Backend;
 /// Options of speculative decoding, flattened into `generate`. Each but `--spec` needs `--spec`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct SpecArgs {
-    /// Speculative decoding method. `ddtree`: draft trees verified in one target forward each; the
-    /// output is identical to greedy decoding, which also runs, for comparison.
+    /// Speculative decoding method. `ddtree`: draft trees verified in one target forward each;
+    /// `chain`: the drafter's top-1 path of --draft-len tokens. The output is identical to greedy
+    /// decoding, which also runs, for comparison.
     #[arg(long, value_enum)]
     pub spec: Option<SpecMethod>,
     /// Tree node budget B (the root, i.e. the target's last greedy token, not counted), at most 1024.
+    /// With --cost-model, the most nodes a round may take.
     #[arg(long, default_value_t = 32, requires = "spec")]
     pub budget: usize,
     /// Draft length L: how many positions the drafter proposes, the tree's maximum depth; at most 128.
     #[arg(long, default_value_t = 8, requires = "spec")]
     pub draft_len: usize,
     /// Who proposes: `lookup` (n-gram prompt lookup, no weights), `model` (a draft model run greedily L
-    /// steps), `block` (one non-causal pass of a model over [bonus, MASK x L]).
+    /// steps), `block` (one non-causal pass of a model over [bonus, MASK x L]), `noisy-oracle` (a
+    /// benchmark device, not a drafter: it runs greedy decoding first and proposes its tokens, right
+    /// with probability --oracle-p at each position).
     #[arg(long, value_enum, default_value_t = DrafterKind::Lookup, requires = "spec")]
     pub drafter: DrafterKind,
+    /// The noisy oracle's probability of ranking the true token first.
+    #[arg(long, default_value_t = 0.7, requires = "spec")]
+    pub oracle_p: f64,
+    /// Seed of the noisy oracle's draws.
+    #[arg(long, default_value_t = 1, requires = "spec")]
+    pub oracle_seed: u64,
+    /// DDTree only: choose each round's tree size (up to --budget) for the most expected tokens per
+    /// µs, by this cost model (JSON; `kdtree-engine bench --save-cost` measures one).
+    #[arg(long, value_name = "PATH", requires = "spec")]
+    pub cost_model: Option<PathBuf>,
     /// Model folder of the draft model for `--drafter model|block`; default: the target itself.
     #[arg(long, requires = "spec")]
     pub draft_model: Option<PathBuf>,
@@ -43,6 +61,7 @@ pub struct SpecArgs {
 #[serde(rename_all = "lowercase")]
 pub enum SpecMethod {
     Ddtree,
+    Chain,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -51,13 +70,14 @@ pub enum DrafterKind {
     Lookup,
     Model,
     Block,
+    NoisyOracle,
 }
 
-/// DDTree and plain greedy decoding of the same prompt, measured in the same run.
+/// A speculative run and plain greedy decoding of the same prompt, measured in the same run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Comparison {
     pub drafter: DrafterKind,
-    pub limits: TreeLimits,
+    pub method: Method,
     pub tokens: Vec<u32>,
     /// Whether DDTree's tokens equal greedy decoding's (they must).
     pub identical: bool,
@@ -67,6 +87,8 @@ pub struct Comparison {
     pub mean_tree_size: f64,
     pub tokens_per_second: f64,
     pub greedy_tokens_per_second: f64,
+    /// Of the rounds' time, the share outside the target's forwards ([`Stats::host_share`]).
+    pub host_share: f64,
     pub stats: Stats,
 }
 
@@ -102,8 +124,33 @@ impl SpecArgs {
         Ok(())
     }
 
-    /// Runs DDTree with the chosen drafter, then plain greedy decoding, and compares. The options
-    /// and the request are checked first ([`Self::check`], [`Config::check_context`]).
+    /// The most tokens one verification forward runs: B + 1 for DDTree, L + 1 for a chain, 1 without
+    /// `--spec`.
+    pub fn largest_forward(&self) -> usize {
+        match self.spec {
+            None => 1,
+            Some(SpecMethod::Ddtree) => self.budget + 1,
+            Some(SpecMethod::Chain) => self.draft_len + 1,
+        }
+    }
+
+    /// The method the options name; `None` without `--spec`.
+    pub fn method(&self) -> Result<Option<Method>> {
+        let limits = TreeLimits { budget: self.budget, draft_len: self.draft_len };
+        Ok(match (self.spec, &self.cost_model) {
+            (None, _) => None,
+            (Some(SpecMethod::Chain), Some(_)) => {
+                return Err(EngineError::InvalidArgument("--cost-model sizes DDTree's trees, not a chain".into()));
+            }
+            (Some(SpecMethod::Chain), None) => Some(Method::Chain { len: self.draft_len }),
+            (Some(SpecMethod::Ddtree), None) => Some(Method::Tree(limits)),
+            (Some(SpecMethod::Ddtree), Some(path)) => Some(Method::CostAware { limits, cost: CostModel::load(path)? }),
+        })
+    }
+
+    /// Runs the chosen method with the chosen drafter, then plain greedy decoding (before, for the
+    /// noisy oracle, which reads it), and compares. The options and the request are checked first
+    /// ([`Self::check`], [`Config::check_context`]).
     pub fn run<B: Backend>(
         &self,
         target: &Model<B>,
@@ -113,31 +160,44 @@ impl SpecArgs {
     ) -> Result<Comparison> {
         target.config.check_context(prompt.len(), max_new)?;
         self.check(&target.config, prompt.len(), max_new)?;
-        // The draft model runs on the target's backend (its INT4 weights uploaded too on CUDA).
-        let draft_model =
-            self.draft_model.as_deref().map(|dir| Model::load_on(dir, target.backend().clone())).transpose()?;
-        let draft_model = draft_model.as_ref().unwrap_or(target);
-        let vocab = target.config.vocab_size;
-        let mut drafter: Box<dyn Drafter + '_> = match self.drafter {
-            DrafterKind::Lookup => Box::new(LookupDrafter::new(self.ngram, vocab)),
-            DrafterKind::Model => Box::new(ModelDrafter::new(draft_model, vocab)?),
-            DrafterKind::Block => Box::new(BlockDrafter::new(draft_model, vocab, self.mask_token)?),
+        let method =
+            self.method()?.unwrap_or(Method::Tree(TreeLimits { budget: self.budget, draft_len: self.draft_len }));
+        let timed_greedy = || -> Result<(Vec<u32>, Duration)> {
+            let started = Instant::now();
+            let tokens = greedy_generate(target, prompt, max_new, stop)?;
+            Ok((tokens, started.elapsed()))
         };
-        let limits = TreeLimits { budget: self.budget, draft_len: self.draft_len };
-        let (tokens, stats) = ddtree_generate(target, drafter.as_mut(), prompt, max_new, limits, stop)?;
-        let started = Instant::now();
-        let greedy = greedy_generate(target, prompt, max_new, stop)?;
-        let greedy_time = started.elapsed();
+        let vocab = target.config.vocab_size;
+        let (tokens, stats, greedy) = if self.drafter == DrafterKind::NoisyOracle {
+            let greedy = timed_greedy()?;
+            let truth = prompt.iter().chain(&greedy.0).copied().collect();
+            let mut drafter = NoisyOracle::new(truth, self.oracle_p, self.oracle_seed, vocab)?;
+            let (tokens, stats) = speculative_generate(target, &mut drafter, prompt, max_new, &method, stop)?;
+            (tokens, stats, greedy)
+        } else {
+            // The draft model runs on the target's backend (its INT4 weights uploaded too on CUDA).
+            let draft_model =
+                self.draft_model.as_deref().map(|dir| Model::load_on(dir, target.backend().clone())).transpose()?;
+            let draft_model = draft_model.as_ref().unwrap_or(target);
+            let mut drafter: Box<dyn Drafter + '_> = match self.drafter {
+                DrafterKind::Model => Box::new(ModelDrafter::new(draft_model, vocab)?),
+                DrafterKind::Block => Box::new(BlockDrafter::new(draft_model, vocab, self.mask_token)?),
+                DrafterKind::Lookup | DrafterKind::NoisyOracle => Box::new(LookupDrafter::new(self.ngram, vocab)),
+            };
+            let (tokens, stats) = speculative_generate(target, drafter.as_mut(), prompt, max_new, &method, stop)?;
+            (tokens, stats, timed_greedy()?)
+        };
         Ok(Comparison {
             drafter: self.drafter,
-            limits,
-            identical: tokens == greedy,
+            method,
+            identical: tokens == greedy.0,
             rounds: stats.rounds(),
             tau: stats.tau(),
             forwards_per_token: stats.forwards_per_token(),
             mean_tree_size: stats.mean_tree_size(),
             tokens_per_second: stats.tokens_per_second(),
-            greedy_tokens_per_second: greedy.len() as f64 / greedy_time.max(Duration::from_nanos(1)).as_secs_f64(),
+            greedy_tokens_per_second: greedy.0.len() as f64 / greedy.1.max(Duration::from_nanos(1)).as_secs_f64(),
+            host_share: stats.host_share(),
             tokens,
             stats,
         })
@@ -148,7 +208,6 @@ impl Comparison {
     /// A table for humans: the tokens, then DDTree's figures beside greedy decoding's.
     pub fn table(&self) -> String {
         let tokens: Vec<String> = self.tokens.iter().map(u32::to_string).collect();
-        let (b, l) = (self.limits.budget, self.limits.draft_len);
         let drafter = format!("{:?}", self.drafter).to_lowercase();
         let rows = [
             ("tokens", self.tokens.len().to_string(), self.tokens.len().to_string()),
@@ -161,9 +220,11 @@ impl Comparison {
             ("target forwards per token", format!("{:.3}", self.forwards_per_token), "1.000".into()),
             ("mean tree size (root excluded)", format!("{:.1}", self.mean_tree_size), "0".into()),
             ("tokens/s", format!("{:.1}", self.tokens_per_second), format!("{:.1}", self.greedy_tokens_per_second)),
+            ("time outside the target forwards", format!("{:.1}%", 100.0 * self.host_share), "".into()),
         ];
         let mut out = format!("tokens: {}\n\n", tokens.join(","));
-        out += &format!("{:<40} {:>14} {:>10}\n", format!("ddtree B={b} L={l} drafter={drafter}"), "ddtree", "greedy");
+        let method = format!("{} drafter={drafter}", self.method.label());
+        out += &format!("{method:<40} {:>14} {:>10}\n", self.method.name(), "greedy");
         for (name, ours, greedy) in rows {
             out += &format!("{name:<40} {ours:>14} {greedy:>10}\n");
         }

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::cost::CostModel;
 use super::drafter::Drafter;
 use super::tree::DraftTree;
 use super::verify::verify;
@@ -18,7 +19,80 @@ pub struct TreeLimits {
     pub draft_len: usize,
 }
 
-/// What a DDTree run did.
+/// How each round's tree is shaped.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// DDTree: the best `budget` prefixes of the draft, at most `draft_len` deep.
+    Tree(TreeLimits),
+    /// Chain speculation: the drafter's top-1 token at each of `len` positions (T = len + 1).
+    Chain { len: usize },
+    /// DDTree whose size is chosen each round: of the best `limits.budget` prefixes, the first b that
+    /// maximise expected accepted tokens per µs of the target forward under `cost`
+    /// ([`CostModel::choose`]).
+    CostAware {
+        limits: TreeLimits,
+        #[serde(skip)]
+        cost: CostModel,
+    },
+}
+
+impl Method {
+    /// `ddtree`, `chain` or `ddtree-cost`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Method::Tree(_) => "ddtree",
+            Method::Chain { .. } => "chain",
+            Method::CostAware { .. } => "ddtree-cost",
+        }
+    }
+
+    /// The name with its sizes: `ddtree B=32 L=8`, `chain L=4`, `ddtree-cost B<=128 L=8`.
+    pub fn label(&self) -> String {
+        match self {
+            Method::Tree(l) => format!("ddtree B={} L={}", l.budget, l.draft_len),
+            Method::Chain { len } => format!("chain L={len}"),
+            Method::CostAware { limits: l, .. } => format!("ddtree-cost B<={} L={}", l.budget, l.draft_len),
+        }
+    }
+
+    /// The deepest a round drafts.
+    fn draft_len(&self) -> usize {
+        match self {
+            Method::Tree(l) | Method::CostAware { limits: l, .. } => l.draft_len,
+            Method::Chain { len } => *len,
+        }
+    }
+
+    /// The round's tree from a drafter asked for `draft_len` positions.
+    fn tree(
+        &self,
+        drafter: &mut dyn Drafter,
+        text: &[u32],
+        bonus: u32,
+        draft_len: usize,
+        vocab: usize,
+    ) -> Result<DraftTree> {
+        let (budget, top_k) = match self {
+            Method::Tree(l) | Method::CostAware { limits: l, .. } => (l.budget, l.budget.min(vocab)),
+            Method::Chain { .. } => (draft_len, 1),
+        };
+        // A tree that can hold nothing is not worth a drafter call: the round is one greedy step.
+        if draft_len == 0 || budget == 0 {
+            return Ok(DraftTree::default());
+        }
+        let tree = DraftTree::build(&drafter.draft(text, bonus, draft_len, top_k)?, budget);
+        Ok(match self {
+            Method::CostAware { cost, .. } => {
+                let size = cost.choose(&tree.scores);
+                tree.truncate(size)
+            }
+            _ => tree,
+        })
+    }
+}
+
+/// What a speculative run did.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Stats {
     /// Per verification round: tokens accepted, root (the previous bonus token) counted.
@@ -33,6 +107,12 @@ pub struct Stats {
     /// Of `elapsed`, the time spent in the drafter and the tree builder.
     #[serde(serialize_with = "seconds")]
     pub draft_time: Duration,
+    /// Of `elapsed`, the prefill forward.
+    #[serde(serialize_with = "seconds")]
+    pub prefill_time: Duration,
+    /// Of `elapsed`, the verification rounds' target forwards (argmax ids on the host included).
+    #[serde(serialize_with = "seconds")]
+    pub verify_forward_time: Duration,
 }
 
 /// Durations print as seconds in JSON.
@@ -61,6 +141,14 @@ impl Stats {
     pub fn tokens_per_second(&self) -> f64 {
         self.generated as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
     }
+
+    /// Of the rounds' time (all but the prefill), the share outside the target's forwards: drafting,
+    /// building the tree and its mask, the greedy walk and KV compaction.
+    pub fn host_share(&self) -> f64 {
+        let rounds = self.elapsed.saturating_sub(self.prefill_time).as_secs_f64();
+        let outside = rounds - self.verify_forward_time.as_secs_f64();
+        if rounds > 0.0 { (outside / rounds).max(0.0) } else { 0.0 }
+    }
 }
 
 fn mean(xs: &[usize]) -> f64 {
@@ -81,6 +169,19 @@ pub fn ddtree_generate<B: Backend>(
     limits: TreeLimits,
     stop: Option<u32>,
 ) -> Result<(Vec<u32>, Stats)> {
+    speculative_generate(target, drafter, prompt, max_new, &Method::Tree(limits), stop)
+}
+
+/// Greedy decoding sped up by speculation of any [`Method`]: the same output as
+/// [`crate::greedy_generate`], token for token.
+pub fn speculative_generate<B: Backend>(
+    target: &Model<B>,
+    drafter: &mut dyn Drafter,
+    prompt: &[u32],
+    max_new: usize,
+    method: &Method,
+    stop: Option<u32>,
+) -> Result<(Vec<u32>, Stats)> {
     if prompt.is_empty() {
         return Err(EngineError::InvalidArgument("the prompt is empty".into()));
     }
@@ -96,19 +197,16 @@ pub fn ddtree_generate<B: Backend>(
     let positions: Vec<usize> = (0..prompt.len()).collect();
     let mut bonus = *target.forward_argmax(&mut cache, prompt, &positions, None)?.last().expect("a row per token");
     stats.target_forwards += 1;
+    stats.prefill_time = started.elapsed();
     let mut text = prompt.to_vec();
     while !push(&mut out, &[bonus], max_new, stop) {
         // No deeper than the tokens still wanted: the last of them can always come as a bonus.
-        let draft_len = limits.draft_len.min(max_new - out.len() - 1);
+        let draft_len = method.draft_len().min(max_new - out.len() - 1);
         let drafting = Instant::now();
-        // A tree that can hold nothing is not worth a drafter call: the round is one greedy step.
-        let tree = if draft_len == 0 || limits.budget == 0 {
-            DraftTree::default()
-        } else {
-            DraftTree::build(&drafter.draft(&text, bonus, draft_len, limits.budget.min(vocab))?, limits.budget)
-        };
+        let tree = method.tree(drafter, &text, bonus, draft_len, vocab)?;
         stats.draft_time += drafting.elapsed();
         let verified = verify(target, &mut cache, bonus, &tree)?;
+        stats.verify_forward_time += verified.forward_time;
         stats.target_forwards += 1;
         stats.accepted.push(verified.accepted.len());
         stats.tree_sizes.push(tree.len());

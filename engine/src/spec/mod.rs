@@ -6,7 +6,9 @@
 //! | the best B prefixes under q(u) = Π q_i(u_i) form the tree | [`DraftTree::build`] |
 //! | one target forward over [bonus, tree] with the ancestor mask; greedy walk; KV compaction | [`verify`] |
 //! | rounds until `max_new`, with statistics | [`ddtree_generate`], [`Stats`] |
-//! | `generate --spec ddtree` beside plain greedy | [`SpecArgs`], [`Comparison`] |
+//! | chain speculation, and DDTree with a cost-aware size per round | [`Method`], [`CostModel`] |
+//! | a benchmark drafter that knows the answer and errs at a set rate | [`NoisyOracle`] |
+//! | `generate --spec ddtree|chain` beside plain greedy | [`SpecArgs`], [`Comparison`] |
 //!
 //! The output is exactly plain greedy decoding's: every committed token is the target's argmax after
 //! the committed text, and the backend is batch-invariant, so the tree forward's logits at a node
@@ -27,13 +29,15 @@
 //! ```
 
 mod cli;
+mod cost;
 mod decode;
 mod drafter;
 mod tree;
 mod verify;
 
 pub use cli::{Comparison, DrafterKind, SpecArgs, SpecMethod};
-pub use decode::{Stats, TreeLimits, ddtree_generate};
-pub use drafter::{BlockDrafter, Choice, Draft, Drafter, LookupDrafter, ModelDrafter};
+pub use cost::CostModel;
+pub use decode::{Method, Stats, TreeLimits, ddtree_generate, speculative_generate};
+pub use drafter::{BlockDrafter, Choice, Draft, Drafter, LookupDrafter, ModelDrafter, NoisyOracle};
 pub use tree::DraftTree;
 pub use verify::{Verified, greedy_walk, verify};

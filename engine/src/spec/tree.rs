@@ -64,6 +64,16 @@ impl DraftTree {
         tree
     }
 
+    /// The first `n` nodes: parents come before their children, so this is a tree, and in pop order
+    /// the best tree of its size.
+    pub fn truncate(mut self, n: usize) -> DraftTree {
+        self.tokens.truncate(n);
+        self.parents.truncate(n);
+        self.depths.truncate(n);
+        self.scores.truncate(n);
+        self
+    }
+
     /// The number of nodes (root excluded).
     pub fn len(&self) -> usize {
         self.tokens.len()

@@ -1,5 +1,7 @@
 //! Tree verification: one target forward over the whole tree, the greedy walk, KV compaction.
 
+use std::time::{Duration, Instant};
+
 use super::tree::DraftTree;
 use crate::error::Result;
 use crate::model::Model;
@@ -8,6 +10,8 @@ use crate::registry::{Backend, KvStore};
 /// What one verification round commits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verified {
+    /// The target forward's wall time, until its argmax ids were on the host.
+    pub forward_time: Duration,
     /// The accepted path, root (the old bonus token) first: what the cache now holds after the context.
     pub accepted: Vec<u32>,
     /// The target's greedy token after the accepted path: the next round's root.
@@ -22,11 +26,14 @@ pub fn verify<B: Backend>(target: &Model<B>, cache: &mut B::Cache, root: u32, tr
     let start = cache.len();
     let tokens: Vec<u32> = std::iter::once(root).chain(tree.tokens.iter().copied()).collect();
     let positions: Vec<usize> = std::iter::once(start).chain(tree.depths.iter().map(|d| start + d)).collect();
-    let greedy = target.forward_argmax(cache, &tokens, &positions, Some(&tree.mask()))?;
+    let mask = tree.mask();
+    let started = Instant::now();
+    let greedy = target.forward_argmax(cache, &tokens, &positions, Some(&mask))?;
+    let forward_time = started.elapsed();
     let walk = greedy_walk(&tree.forward_parents(), &tokens, &greedy);
     cache.compact(start, &walk)?;
     let bonus = greedy[walk[walk.len() - 1]];
-    Ok(Verified { accepted: walk.iter().map(|&row| tokens[row]).collect(), bonus })
+    Ok(Verified { forward_time, accepted: walk.iter().map(|&row| tokens[row]).collect(), bonus })
 }
 
 /// The rows of the accepted path, from row 0 (the root): at each row, the child whose token is the

@@ -10,10 +10,12 @@
 mod block;
 mod lookup;
 mod model;
+mod oracle;
 
 pub use block::BlockDrafter;
 pub use lookup::LookupDrafter;
 pub use model::ModelDrafter;
+pub use oracle::NoisyOracle;
 
 use crate::error::{EngineError, Result};
 

@@ -1,0 +1,122 @@
+//! The cost-aware tree budget: each round, the tree size that maximises expected accepted tokens per
+//! microsecond of the target's forward, from the drafter's marginals and a measured cost model.
+//!
+//! For a MoE target the forward's cost grows with T much faster than a dense model's, because each
+//! extra token routes to experts no other token touched (a Kimi K2 layer reads 8 of 384 experts at
+//! T = 1 and ~280 at T = 64). A fixed budget that suits a dense model then buys tokens at many times
+//! their price. The model here is t(T), the median forward time that `kdtree-engine bench` measured
+//! at T tokens on this GPU for this model (with random tokens, so with the experts that T random
+//! tokens touch).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{EngineError, Result};
+
+/// Forward time against T, measured on one device for one model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostModel {
+    /// The GPU it was measured on, as the backend describes itself.
+    pub device: String,
+    /// The model folder it was measured for (informational).
+    pub model: String,
+    /// (T, median forward µs), T ascending, T >= 1.
+    pub points: Vec<(usize, f64)>,
+}
+
+impl CostModel {
+    /// Checks that the points are usable: at least one, T ascending and >= 1, times finite and > 0.
+    pub fn new(device: String, model: String, points: Vec<(usize, f64)>) -> Result<CostModel> {
+        let bad = |why: &str| Err(EngineError::InvalidArgument(format!("cost model: {why}")));
+        if points.is_empty() {
+            return bad("no points");
+        }
+        if points.iter().any(|&(t, us)| t == 0 || !us.is_finite() || us <= 0.0) {
+            return bad("every point needs T >= 1 and a finite time > 0");
+        }
+        if points.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return bad("T must ascend");
+        }
+        Ok(CostModel { device, model, points })
+    }
+
+    pub fn load(path: &Path) -> Result<CostModel> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| EngineError::InvalidArgument(format!("{}: {e}", path.display())))?;
+        let m: CostModel = serde_json::from_str(&text)
+            .map_err(|e| EngineError::InvalidArgument(format!("{}: not a cost model: {e}", path.display())))?;
+        CostModel::new(m.device, m.model, m.points)
+            .map_err(|e| EngineError::InvalidArgument(format!("{}: {e}", path.display())))
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| EngineError::InvalidArgument(format!("{}: {e}", path.display())))
+    }
+
+    /// t(T) in µs: linear between measured points, the first point's below it, and the last segment's
+    /// slope beyond the last (a single point: proportional to T).
+    pub fn us(&self, t: usize) -> f64 {
+        let p = &self.points;
+        let i = p.partition_point(|&(pt, _)| pt < t);
+        let (lo, hi) = match i {
+            0 => return p[0].1,
+            i if i < p.len() => (p[i - 1], p[i]),
+            _ if p.len() == 1 => return p[0].1 * t as f64 / p[0].0 as f64,
+            _ => (p[p.len() - 2], p[p.len() - 1]),
+        };
+        let f = (t as f64 - lo.0 as f64) / (hi.0 - lo.0) as f64;
+        lo.1 + f * (hi.1 - lo.1)
+    }
+
+    /// How many of a best-first tree's nodes to verify: `scores` are its nodes' log q(prefix) in pop
+    /// order (so every prefix of them is a tree, and the best one of its size). Verifying b nodes
+    /// accepts 1 + Σ_{i<b} q_i tokens in expectation (the root always, node i when its whole path is
+    /// right) at the cost t(b + 1); the b with the most tokens per µs wins, the smaller on a tie.
+    pub fn choose(&self, scores: &[f64]) -> usize {
+        let mut expected = 1.0;
+        let mut best = (expected / self.us(1), 0);
+        for (i, s) in scores.iter().enumerate() {
+            expected += s.exp();
+            let rate = expected / self.us(i + 2);
+            if rate > best.0 {
+                best = (rate, i + 1);
+            }
+        }
+        best.1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(points: Vec<(usize, f64)>) -> CostModel {
+        CostModel::new("gpu".into(), "m".into(), points).unwrap()
+    }
+
+    #[test]
+    fn time_interpolates_and_extrapolates() {
+        let m = model(vec![(1, 100.0), (4, 160.0), (8, 400.0)]);
+        assert_eq!(m.us(1), 100.0);
+        assert_eq!(m.us(2), 120.0);
+        assert_eq!(m.us(6), 280.0);
+        assert_eq!(m.us(12), 640.0);
+        assert_eq!(model(vec![(2, 50.0)]).us(6), 150.0);
+        assert!(CostModel::new("g".into(), "m".into(), vec![(4, 1.0), (2, 1.0)]).is_err());
+        assert!(CostModel::new("g".into(), "m".into(), vec![(1, f64::NAN)]).is_err());
+    }
+
+    #[test]
+    fn a_flat_cost_takes_every_likely_node_and_a_steep_one_stops_early() {
+        let scores = [0.9f64.ln(), 0.8f64.ln(), 0.7f64.ln(), 0.01f64.ln()];
+        // Free extra rows: every node adds tokens.
+        assert_eq!(model(vec![(1, 100.0), (8, 100.0)]).choose(&scores), 4);
+        // Each row doubles the cost: one token per forward is the best rate.
+        assert_eq!(model(vec![(1, 100.0), (2, 200.0), (3, 300.0), (4, 400.0), (5, 500.0)]).choose(&scores), 0);
+        // A mild slope: the three likely nodes pay (1 + 2.4 tokens for 130 µs), the unlikely one not.
+        assert_eq!(model(vec![(1, 100.0), (5, 140.0)]).choose(&scores), 3);
+        assert_eq!(model(vec![(1, 100.0)]).choose(&[]), 0);
+    }
+}

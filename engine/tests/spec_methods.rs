@@ -1,0 +1,92 @@
+// Chain speculation and cost-aware DDTree reproduce greedy decoding token for token, with the noisy
+// oracle as the drafter, and shape their rounds as documented.
+
+mod ddtree_common;
+
+use std::sync::LazyLock;
+
+use ddtree_common::{greedy_text, tiny_model};
+use kdtree_engine::spec::{CostModel, Method, NoisyOracle, Stats, TreeLimits, speculative_generate};
+use kdtree_engine::{Model, greedy_generate};
+use proptest::prelude::*;
+
+static MODELS: LazyLock<[Model; 2]> = LazyLock::new(|| [tiny_model(false, 11), tiny_model(true, 11)]);
+
+fn run(model: &Model, prompt: &[u32], max_new: usize, p: f64, method: &Method) -> Stats {
+    let vocab = model.config.vocab_size;
+    let mut oracle = NoisyOracle::new(greedy_text(model, prompt, max_new), p, 5, vocab).unwrap();
+    let (tokens, stats) = speculative_generate(model, &mut oracle, prompt, max_new, method, None).unwrap();
+    assert_eq!(tokens, greedy_generate(model, prompt, max_new, None).unwrap(), "{method:?} differs from greedy");
+    assert_eq!(stats.target_forwards, stats.rounds() + 1);
+    stats
+}
+
+fn cost(points: Vec<(usize, f64)>) -> CostModel {
+    CostModel::new("test".into(), "tiny".into(), points).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn chains_equal_greedy_and_are_chains(
+        int4 in any::<bool>(),
+        prompt in prop::collection::vec(0u32..256, 1..10),
+        max_new in 1usize..20,
+        len in 0usize..8,
+        // At p = 0 the first rank has probability 0, and the oracle does not propose it.
+        p in 0.05f64..=1.0,
+    ) {
+        let stats = run(&MODELS[int4 as usize], &prompt, max_new, p, &Method::Chain { len });
+        // Each round drafts the whole chain, or the tokens still wanted after its root (the bonus token
+        // already emitted) less one, which can always come as the next bonus.
+        let mut emitted = 1;
+        for (&accepted, &size) in stats.accepted.iter().zip(&stats.tree_sizes) {
+            prop_assert!(accepted <= size + 1);
+            prop_assert_eq!(size, len.min(max_new - emitted - 1));
+            emitted += accepted;
+        }
+    }
+
+    #[test]
+    fn cost_aware_trees_equal_greedy_and_stay_in_the_budget(
+        int4 in any::<bool>(),
+        prompt in prop::collection::vec(0u32..256, 1..10),
+        max_new in 1usize..20,
+        budget in 0usize..24,
+        slope in 0.0f64..200.0,
+        p in 0.0f64..=1.0,
+    ) {
+        let limits = TreeLimits { budget, draft_len: 6 };
+        let method = Method::CostAware { limits, cost: cost(vec![(1, 100.0), (2, 100.0 + slope)]) };
+        let stats = run(&MODELS[int4 as usize], &prompt, max_new, p, &method);
+        prop_assert!(stats.tree_sizes.iter().all(|&s| s <= budget));
+    }
+}
+
+#[test]
+fn the_cost_decides_the_tree_size() {
+    let model = &MODELS[0];
+    let prompt = [3, 1, 4, 1, 5];
+    let limits = TreeLimits { budget: 16, draft_len: 4 };
+    // Free rows: the whole budget every round (the last may be cut by the tokens still wanted).
+    let flat = run(model, &prompt, 30, 0.7, &Method::CostAware { limits, cost: cost(vec![(1, 100.0), (64, 100.0)]) });
+    let rounds = flat.rounds();
+    assert!(flat.tree_sizes[..rounds - 1].iter().all(|&s| s == 16), "{:?}", flat.tree_sizes);
+    // Each row costs a whole forward: no tree pays, so every round is one greedy step.
+    let steep = run(model, &prompt, 30, 0.7, &Method::CostAware { limits, cost: cost(vec![(1, 100.0), (2, 200.0)]) });
+    assert!(steep.tree_sizes.iter().all(|&s| s == 0), "{:?}", steep.tree_sizes);
+    assert_eq!(steep.rounds(), 29);
+}
+
+#[test]
+fn a_better_oracle_is_accepted_further() {
+    let model = &MODELS[1];
+    let prompt = [9, 2, 6];
+    let chain = Method::Chain { len: 6 };
+    let (weak, strong) = (run(model, &prompt, 40, 0.2, &chain), run(model, &prompt, 40, 0.95, &chain));
+    assert!(strong.tau() > weak.tau() + 1.0, "tau {} at p = 0.95, {} at p = 0.2", strong.tau(), weak.tau());
+    let sure = run(model, &prompt, 40, 1.0, &chain);
+    let rounds = sure.rounds();
+    assert!(sure.accepted[..rounds - 1].iter().all(|&a| a == 7), "{:?}", sure.accepted);
+}
