@@ -105,3 +105,27 @@ fn budget_and_draft_length_are_bounded() {
         generate(model.path(), &["--spec", "ddtree", "--budget", "1024", "--draft-len", "4", "--max-new", "6"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
 }
+
+#[test]
+fn chain_and_cost_aware_ddtree_with_the_noisy_oracle_equal_greedy() {
+    let model = tiny();
+    let chain = generate(
+        model.path(),
+        &["--spec", "chain", "--drafter", "noisy-oracle", "--draft-len", "3", "--max-new", "12"],
+    );
+    let stdout = String::from_utf8_lossy(&chain.stdout);
+    assert!(chain.status.success(), "{}", String::from_utf8_lossy(&chain.stderr));
+    assert_says(&stdout, &["chain L=3 drafter=noisyoracle", "identical to greedy: yes"]);
+    let cost = model.path().join("cost.json");
+    std::fs::write(&cost, r#"{"device": "cpu", "model": "tiny", "points": [[1, 100.0], [16, 160.0]]}"#).unwrap();
+    let args =
+        ["--spec", "ddtree", "--drafter", "noisy-oracle", "--oracle-p", "0.9", "--max-new", "12", "--cost-model"];
+    let aware = generate(model.path(), &[&args[..], &[cost.to_str().unwrap()]].concat());
+    assert!(aware.status.success(), "{}", String::from_utf8_lossy(&aware.stderr));
+    assert_says(&String::from_utf8_lossy(&aware.stdout), &["ddtree-cost B<=32 L=8", "identical to greedy: yes"]);
+    std::fs::write(&cost, r#"{"device": "cpu", "model": "tiny", "points": [[4, 1.0], [2, 1.0]]}"#).unwrap();
+    let stderr = refused(model.path(), &["--spec", "ddtree", "--cost-model", cost.to_str().unwrap()]);
+    assert_says(&stderr, &["cost.json", "T must ascend"]);
+    let stderr = refused(model.path(), &["--spec", "chain", "--cost-model", cost.to_str().unwrap()]);
+    assert_says(&stderr, &["not a chain"]);
+}

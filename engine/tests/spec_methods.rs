@@ -6,7 +6,7 @@ mod ddtree_common;
 use std::sync::LazyLock;
 
 use ddtree_common::{greedy_text, tiny_model};
-use kdtree_engine::spec::{CostModel, Method, NoisyOracle, Stats, TreeLimits, speculative_generate};
+use kdtree_engine::spec::{CostModel, Method, NoisyOracle, Stats, TreeLimits, speculative_generate, sweep};
 use kdtree_engine::{Model, greedy_generate};
 use proptest::prelude::*;
 
@@ -89,4 +89,23 @@ fn a_better_oracle_is_accepted_further() {
     let sure = run(model, &prompt, 40, 1.0, &chain);
     let rounds = sure.rounds();
     assert!(sure.accepted[..rounds - 1].iter().all(|&a| a == 7), "{:?}", sure.accepted);
+}
+
+#[test]
+fn the_sweep_runs_every_method_at_every_p_and_checks_each_against_greedy() {
+    let model = &MODELS[1];
+    let cost = cost(vec![(1, 100.0), (16, 180.0)]);
+    let methods = sweep::methods(16, 4, Some(&cost));
+    let names: Vec<String> = methods.iter().map(Method::label).collect();
+    assert_eq!(names.len(), 7 + 3 + 1, "{names:?}");
+    assert_eq!(names[7], "ddtree B=4 L=4");
+    assert_eq!(names[10], "ddtree-cost B<=16 L=4");
+    let mut seen = 0;
+    let rows = sweep::compare(model, &[4, 2, 7], 12, &[0.5, 0.9], &methods, 3, |_| seen += 1).unwrap();
+    assert_eq!(rows.len(), 1 + 2 * methods.len());
+    assert_eq!(seen, rows.len());
+    assert_eq!((rows[0].method.as_str(), rows[0].p), ("greedy", None));
+    assert!(rows.iter().all(|r| r.identical), "{}", sweep::table(&rows));
+    assert!(rows[1..].iter().all(|r| r.forwards_per_token <= 1.0 + 1e-9 && r.tau >= 1.0));
+    assert!(sweep::table(&rows).lines().count() == rows.len() + 1);
 }

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Args;
 use kdtree_engine::bench::{ForwardRow, ReadBytes, peak_rss, sweep, table};
-use kdtree_engine::registry::KvStore;
+use kdtree_engine::registry::{Backend, KvStore};
+use kdtree_engine::spec::{CostModel, sweep as spec_sweep};
 use kdtree_engine::{Model, greedy_generate_timed};
 use kdtree_jit::tune::bench::Timing;
 use kdtree_jit::tune::clock::{Clock, CudaClock};
@@ -21,7 +22,10 @@ use super::backend::{BackendArgs, variant_table};
 /// and LM head once, each routed expert some token routes to once per MoE layer, the KV entries),
 /// the floor they set at the device-to-device copy bandwidth measured in this run, % of that floor,
 /// the distinct experts per MoE layer, and the time by op class of one profiled forward. Then it
-/// decodes --generate tokens greedily and reports tokens/s. Needs a GPU.
+/// decodes --generate tokens greedily and reports tokens/s. The forward times are saved as the cost
+/// model of `generate --spec ddtree --cost-model`. With --spec it then compares greedy decoding,
+/// chain speculation and DDTree (fixed sizes, and cost-aware) with the noisy oracle as the drafter.
+/// Needs a GPU.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Model folder: config.json and safetensors shards.
@@ -45,6 +49,27 @@ pub struct BenchArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
+    /// Where the forward times go as a cost model [default: forward-cost-<model folder>.json beside
+    /// the tuning DB].
+    #[arg(long, value_name = "PATH")]
+    save_cost: Option<PathBuf>,
+    /// Also compare speculative methods: greedy, chain L = 2..8, DDTree B = 4, 8, .. --spec-budget
+    /// and cost-aware DDTree (by this run's cost model), each with the noisy oracle at every
+    /// --oracle-p; every output is checked against greedy decoding's.
+    #[arg(long)]
+    spec: bool,
+    /// The noisy oracle's accuracies (probability of ranking the true token first).
+    #[arg(long, value_delimiter = ',', default_values_t = [0.5, 0.7, 0.9], requires = "spec")]
+    oracle_p: Vec<f64>,
+    /// Tokens each speculative run generates after the context.
+    #[arg(long, default_value_t = 64, requires = "spec")]
+    spec_tokens: usize,
+    /// The largest DDTree budget of the comparison (and the cost-aware one's limit).
+    #[arg(long, default_value_t = 128, requires = "spec")]
+    spec_budget: usize,
+    /// DDTree's depth in the comparison.
+    #[arg(long, default_value_t = 8, requires = "spec")]
+    draft_len: usize,
     #[command(flatten)]
     backend: BackendArgs,
 }
@@ -64,14 +89,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     cuda.synchronize()?;
     let load_s = started.elapsed().as_secs_f64();
     let c = &model.config;
-    let positions_needed = args.context + args.max_t.max(args.generate);
+    let new_tokens = args.max_t.max(args.generate).max(if args.spec { args.spec_tokens + args.draft_len } else { 0 });
+    let positions_needed = args.context + new_tokens;
     if positions_needed > c.max_position_embeddings {
         bail!(
-            "--context {} + {} new tokens need {positions_needed} positions; max_position_embeddings in config.json is {}",
+            "--context {} + {new_tokens} new tokens need {positions_needed} positions; max_position_embeddings in config.json is {}",
             args.context,
-            args.max_t.max(args.generate),
             c.max_position_embeddings
         );
+    }
+    if args.oracle_p.iter().any(|p| !(0.0..=1.0).contains(p)) {
+        bail!("--oracle-p values must lie in [0, 1]");
     }
     let stream = cuda.stream().clone();
     let mut clock = CudaClock::new(stream.clone());
@@ -133,15 +161,34 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         (args.generate > 0).then(|| greedy_generate_timed(&model, &prompt, args.generate, None)).transpose()?;
     let decode_tps =
         greedy.as_ref().map(|g| g.tokens.len().saturating_sub(1) as f64 / g.decode.as_secs_f64().max(1e-9));
+    let points = rows.iter().map(|r| (r.t, r.median_us)).collect();
+    let cost = CostModel::new(cuda.describe(), args.model.display().to_string(), points)?;
+    let cost_path = args.save_cost.clone().unwrap_or_else(|| default_cost_path(&args));
+    cost.save(&cost_path)?;
+    eprintln!("cost model saved to {}", cost_path.display());
+    let spec_rows = if args.spec {
+        let methods = spec_sweep::methods(args.spec_budget, args.draft_len, Some(&cost));
+        eprintln!(
+            "speculative methods: {} at p = {:?}, {} tokens each",
+            methods.len(),
+            args.oracle_p,
+            args.spec_tokens
+        );
+        let progress =
+            |r: &spec_sweep::SpecRow| eprintln!("  {} p={:?}: {:.1} tokens/s", r.method, r.p, r.decode_tokens_per_s);
+        spec_sweep::compare(&model, &prompt, args.spec_tokens, &args.oracle_p, &methods, args.seed, progress)?
+    } else {
+        Vec::new()
+    };
     let (variants, variants_json) = variant_table(&cuda);
     let rss_after = peak_rss();
     if args.json {
         let out = serde_json::json!({
-            "model": args.model, "backend": kdtree_engine::registry::Backend::describe(&*cuda),
+            "model": args.model, "backend": cuda.describe(),
             "mode": format!("{:?}", cuda.mode()), "copy_gbps": copy_gbps, "weights": weights,
             "context": past, "forwards": rows, "greedy_decode_tokens_per_s": decode_tps,
             "load_s": load_s, "peak_rss_before_load": rss_before, "peak_rss_after": rss_after,
-            "w4a16_variants": variants_json,
+            "w4a16_variants": variants_json, "cost_model": cost_path, "spec": spec_rows,
         });
         println!("{out}");
         return Ok(());
@@ -150,7 +197,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     println!(
         "{} on {}, {:?} mode; loaded in {load_s:.1} s, peak RSS {:.2} GB (before loading {:.2} GB)",
         args.model.display(),
-        kdtree_engine::registry::Backend::describe(&*cuda),
+        cuda.describe(),
         cuda.mode(),
         rss_after.unwrap_or(0) as f64 / 1e9,
         rss_before.unwrap_or(0) as f64 / 1e9
@@ -167,5 +214,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(tps) = decode_tps {
         println!("greedy decode after {past} tokens of context: {tps:.1} tokens/s");
     }
+    if !spec_rows.is_empty() {
+        println!("\nspeculative decoding, noisy-oracle drafter, {} tokens after {past} of context:", args.spec_tokens);
+        print!("{}", spec_sweep::table(&spec_rows));
+    }
     Ok(())
+}
+
+/// forward-cost-<model folder>.json beside the tuning DB.
+fn default_cost_path(args: &BenchArgs) -> PathBuf {
+    let db = args.backend.tuning_db.clone().unwrap_or_else(kdtree_jit::tune::db::TuningDb::default_path);
+    let name = args.model.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
+    db.with_file_name(format!("forward-cost-{name}.json"))
 }

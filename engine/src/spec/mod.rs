@@ -9,6 +9,7 @@
 //! | chain speculation, and DDTree with a cost-aware size per round | [`Method`], [`CostModel`] |
 //! | a benchmark drafter that knows the answer and errs at a set rate | [`NoisyOracle`] |
 //! | `generate --spec ddtree|chain` beside plain greedy | [`SpecArgs`], [`Comparison`] |
+//! | `bench --spec`: every method at several oracle accuracies | [`sweep`] |
 //!
 //! The output is exactly plain greedy decoding's: every committed token is the target's argmax after
 //! the committed text, and the backend is batch-invariant, so the tree forward's logits at a node
@@ -32,6 +33,7 @@ mod cli;
 mod cost;
 mod decode;
 mod drafter;
+pub mod sweep;
 mod tree;
 mod verify;
 

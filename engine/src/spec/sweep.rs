@@ -1,0 +1,121 @@
+//! `bench --spec`: greedy decoding, chain speculation and DDTree (fixed and cost-aware sizes) on one
+//! model and prompt, with the noisy oracle as the drafter at several accuracies, every output checked
+//! against greedy decoding's.
+
+use serde::Serialize;
+
+use super::{CostModel, Method, NoisyOracle, TreeLimits, speculative_generate};
+use crate::error::Result;
+use crate::generate::greedy_generate_timed;
+use crate::model::Model;
+use crate::registry::Backend;
+
+/// The methods of a sweep: chains of 2..=8, DDTree of 4, 8, .. `max_budget` nodes, and, with a cost
+/// model, DDTree sized per round up to `max_budget`; trees `draft_len` deep.
+pub fn methods(max_budget: usize, draft_len: usize, cost: Option<&CostModel>) -> Vec<Method> {
+    let chains = (2..=8).map(|len| Method::Chain { len });
+    let budgets = std::iter::successors(Some(4usize), |b| b.checked_mul(2)).take_while(|&b| b <= max_budget);
+    let trees = budgets.map(|budget| Method::Tree(TreeLimits { budget, draft_len }));
+    let aware =
+        cost.map(|c| Method::CostAware { limits: TreeLimits { budget: max_budget, draft_len }, cost: c.clone() });
+    chains.chain(trees).chain(aware).collect()
+}
+
+/// One method at one oracle accuracy.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SpecRow {
+    pub method: String,
+    /// The oracle's p; `None` for greedy decoding.
+    pub p: Option<f64>,
+    /// Tokens after the first (which the prefill yields) per second of the rounds that made them.
+    pub decode_tokens_per_s: f64,
+    /// Against greedy decoding in the same run.
+    pub speedup: f64,
+    pub tau: f64,
+    pub forwards_per_token: f64,
+    pub mean_tree_size: f64,
+    /// Of the rounds' time, the share outside the target forwards.
+    pub host_share: f64,
+    /// The output equals greedy decoding's, token for token.
+    pub identical: bool,
+}
+
+/// Runs greedy decoding of `tokens` after `prompt`, then every method at every p, the noisy oracle
+/// (seeded with `seed`) reading greedy decoding's output.
+pub fn compare<B: Backend>(
+    target: &Model<B>,
+    prompt: &[u32],
+    tokens: usize,
+    ps: &[f64],
+    methods: &[Method],
+    seed: u64,
+    mut progress: impl FnMut(&SpecRow),
+) -> Result<Vec<SpecRow>> {
+    let greedy = greedy_generate_timed(target, prompt, tokens, None)?;
+    let greedy_tps = rate(greedy.tokens.len(), greedy.decode.as_secs_f64());
+    let row = SpecRow {
+        method: "greedy".into(),
+        p: None,
+        decode_tokens_per_s: greedy_tps,
+        speedup: 1.0,
+        tau: 1.0,
+        forwards_per_token: 1.0,
+        mean_tree_size: 0.0,
+        host_share: 0.0,
+        identical: true,
+    };
+    progress(&row);
+    let mut rows = vec![row];
+    let truth: Vec<u32> = prompt.iter().chain(&greedy.tokens).copied().collect();
+    for &p in ps {
+        for method in methods {
+            let mut oracle = NoisyOracle::new(truth.clone(), p, seed, target.config.vocab_size)?;
+            let (out, stats) = speculative_generate(target, &mut oracle, prompt, tokens, method, None)?;
+            let rounds_s = stats.elapsed.saturating_sub(stats.prefill_time).as_secs_f64();
+            let tps = rate(stats.generated, rounds_s);
+            let row = SpecRow {
+                method: method.label(),
+                p: Some(p),
+                decode_tokens_per_s: tps,
+                speedup: tps / greedy_tps.max(f64::MIN_POSITIVE),
+                tau: stats.tau(),
+                forwards_per_token: stats.forwards_per_token(),
+                mean_tree_size: stats.mean_tree_size(),
+                host_share: stats.host_share(),
+                identical: out == greedy.tokens,
+            };
+            progress(&row);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+/// Tokens after the first, per second; 0 when nothing was timed.
+fn rate(tokens: usize, seconds: f64) -> f64 {
+    if tokens < 2 || seconds <= 0.0 { 0.0 } else { (tokens - 1) as f64 / seconds }
+}
+
+/// A table for people.
+pub fn table(rows: &[SpecRow]) -> String {
+    let mut out = format!(
+        "{:<24} {:>5} {:>10} {:>8} {:>6} {:>9} {:>6} {:>7} {:>9}\n",
+        "method", "p", "tokens/s", "speedup", "tau", "fwd/tok", "tree", "host %", "identical"
+    );
+    for r in rows {
+        let p = r.p.map_or("-".into(), |p| format!("{p:.2}"));
+        out += &format!(
+            "{:<24} {:>5} {:>10.1} {:>7.2}x {:>6.2} {:>9.3} {:>6.1} {:>6.1}% {:>9}\n",
+            r.method,
+            p,
+            r.decode_tokens_per_s,
+            r.speedup,
+            r.tau,
+            r.forwards_per_token,
+            r.mean_tree_size,
+            100.0 * r.host_share,
+            if r.identical { "yes" } else { "NO" }
+        );
+    }
+    out
+}
