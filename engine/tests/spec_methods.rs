@@ -108,4 +108,9 @@ fn the_sweep_runs_every_method_at_every_p_and_checks_each_against_greedy() {
     assert!(rows.iter().all(|r| r.identical), "{}", sweep::table(&rows));
     assert!(rows[1..].iter().all(|r| r.forwards_per_token <= 1.0 + 1e-9 && r.tau >= 1.0));
     assert!(sweep::table(&rows).lines().count() == rows.len() + 1);
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("spec.svg");
+    kdtree_engine::spec::plot::write_svg(&svg, &rows).unwrap();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("<svg") && text.contains("ddtree-cost B&lt;=16 L=4"), "the legend names the methods");
 }

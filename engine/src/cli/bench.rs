@@ -67,6 +67,9 @@ pub struct BenchArgs {
     /// The largest DDTree budget of the comparison (and the cost-aware one's limit).
     #[arg(long, default_value_t = 128, requires = "spec")]
     spec_budget: usize,
+    /// Draw the comparison's speed-ups against p into this SVG file.
+    #[arg(long, value_name = "FILE.svg", requires = "spec")]
+    plot: Option<PathBuf>,
     /// DDTree's depth in the comparison.
     #[arg(long, default_value_t = 8, requires = "spec")]
     draft_len: usize,
@@ -176,7 +179,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         );
         let progress =
             |r: &spec_sweep::SpecRow| eprintln!("  {} p={:?}: {:.1} tokens/s", r.method, r.p, r.decode_tokens_per_s);
-        spec_sweep::compare(&model, &prompt, args.spec_tokens, &args.oracle_p, &methods, args.seed, progress)?
+        let rows =
+            spec_sweep::compare(&model, &prompt, args.spec_tokens, &args.oracle_p, &methods, args.seed, progress)?;
+        if let Some(path) = &args.plot {
+            kdtree_engine::spec::plot::write_svg(path, &rows)?;
+        }
+        rows
     } else {
         Vec::new()
     };

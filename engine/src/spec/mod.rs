@@ -33,6 +33,7 @@ mod cli;
 mod cost;
 mod decode;
 mod drafter;
+pub mod plot;
 pub mod sweep;
 mod tree;
 mod verify;
