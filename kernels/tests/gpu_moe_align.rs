@@ -5,51 +5,12 @@
 mod common;
 
 use common::kernels;
-use kdtree_jit::w4a16::grouped::align;
+use kdtree_jit::w4a16::grouped::{align, sample_routing};
 use kdtree_kernels::shape::{MAX_ASSIGNMENTS, MAX_EXPERTS};
 use proptest::prelude::*;
 
-/// xorshift64: deterministic ids without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-/// Router-like ids: per token `top_k` distinct experts, ascending. With `skew`, experts are drawn with
-/// weight 1 / (e + 1)^skew (a few hot experts, a long tail); `hot` puts that expert in every token.
 fn routing(tokens: usize, experts: usize, top_k: usize, skew: f64, hot: Option<usize>, seed: u64) -> Vec<u32> {
-    let mut rng = Rng(seed | 1);
-    let weights: Vec<f64> = (0..experts).map(|e| 1.0 / ((e + 1) as f64).powf(skew)).collect();
-    let total: f64 = weights.iter().sum();
-    let mut ids = Vec::with_capacity(tokens * top_k);
-    for _ in 0..tokens {
-        let mut picked: Vec<usize> = hot.into_iter().collect();
-        while picked.len() < top_k {
-            let mut u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64 * total;
-            let mut e = 0;
-            while e + 1 < experts && u >= weights[e] {
-                u -= weights[e];
-                e += 1;
-            }
-            // A repeat (likely when skewed) takes the next free expert instead.
-            while picked.contains(&e) {
-                e = (e + 1 + rng.below(experts)) % experts;
-            }
-            picked.push(e);
-        }
-        picked.sort_unstable();
-        ids.extend(picked.iter().map(|&e| e as u32));
-    }
-    ids
+    sample_routing(tokens, experts, top_k, skew, hot, seed)
 }
 
 fn first_mismatch(got: &[u32], want: &[u32]) -> String {

@@ -88,6 +88,45 @@ impl Alignment {
     }
 }
 
+/// Router-like ids for tests, fuzzers and tuning: per token `top_k` distinct experts, ascending (as
+/// the `noaux_tc` router writes them). Experts are drawn with weight 1 / (e + 1)^skew: 0 is uniform,
+/// larger values give a few hot experts and a long, often empty tail; `hot` puts that expert in every
+/// token. Deterministic in `seed`. Needs top_k <= experts (and `hot` below experts).
+pub fn sample_routing(
+    tokens: usize,
+    experts: usize,
+    top_k: usize,
+    skew: f64,
+    hot: Option<usize>,
+    seed: u64,
+) -> Vec<u32> {
+    assert!(top_k <= experts && hot.is_none_or(|h| h < experts), "{top_k} of {experts} experts, hot {hot:?}");
+    let mut sample = kdtree_quant::sample::Uniform::new(seed);
+    let mut uniform = move || f64::from(sample.next().expect("endless"));
+    let weights: Vec<f64> = (0..experts).map(|e| 1.0 / ((e + 1) as f64).powf(skew)).collect();
+    let total: f64 = weights.iter().sum();
+    let mut ids = Vec::with_capacity(tokens * top_k);
+    for _ in 0..tokens {
+        let mut picked: Vec<usize> = hot.into_iter().collect();
+        while picked.len() < top_k {
+            let mut u = uniform() * total;
+            let mut e = 0;
+            while e + 1 < experts && u >= weights[e] {
+                u -= weights[e];
+                e += 1;
+            }
+            // A repeat (likely when skewed) takes another expert, drawn uniformly among the free ones.
+            while picked.contains(&e) {
+                e = (e + 1 + (uniform() * experts as f64) as usize) % experts;
+            }
+            picked.push(e);
+        }
+        picked.sort_unstable();
+        ids.extend(picked.iter().map(|&e| e as u32));
+    }
+    ids
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -125,6 +164,20 @@ mod tests {
         // One expert with everything: ceil(N / bm) tiles.
         assert_eq!(align(&[3; 17], 384, 8).tiles.len(), 3);
         assert_eq!(tile_bound(384, 0, 8), 0);
+    }
+
+    #[test]
+    fn sampled_routings_look_like_the_routers() {
+        let ids = sample_routing(50, 384, 8, 1.5, Some(7), 3);
+        assert_eq!(ids.len(), 400);
+        for token in ids.chunks_exact(8) {
+            assert!(token.windows(2).all(|w| w[0] < w[1]) && token.contains(&7), "{token:?}");
+        }
+        assert_eq!(ids, sample_routing(50, 384, 8, 1.5, Some(7), 3));
+        // Skewed: far fewer experts touched than uniform.
+        let touched = |ids: &[u32]| align(ids, 384, 8).experts_touched;
+        assert!(touched(&ids) < touched(&sample_routing(50, 384, 8, 0.0, None, 3)));
+        assert_eq!(sample_routing(3, 4, 4, 0.0, None, 1), [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]);
     }
 
     proptest! {

@@ -43,7 +43,7 @@ pub mod reference;
 pub mod rules;
 pub mod space;
 
-pub use align::{Alignment, Tile, align, tile_bound};
+pub use align::{Alignment, Tile, align, sample_routing, tile_bound};
 pub use launch::{DeviceRows, GroupedBuffers, GroupedKernel, GroupedShape, grouped_host};
 pub use reference::{XRows, grouped_reference, repack_experts};
 pub use space::W4a16Grouped;
