@@ -39,7 +39,7 @@ pub struct CudaExperts {
 }
 
 enum Experts {
-    Grouped(Grouped),
+    Grouped(Box<Grouped>),
     /// One launch chain per expert, and why the grouped kernel could not serve these weights.
     PerExpert {
         experts: Vec<(CudaLinear, CudaLinear)>,
@@ -71,7 +71,7 @@ impl CudaExperts {
             return Err(EngineError::InvalidArgument(format!("{name}: experts, bias and router disagree")));
         }
         let experts = match grouped_variant(b, &e, hidden) {
-            Ok(v) => Experts::Grouped(Grouped::upload(b, v, e.experts)?),
+            Ok(v) => Experts::Grouped(Box::new(Grouped::upload(b, v, e.experts)?)),
             Err(why) => {
                 eprintln!("note: {name}: the routed experts run one launch chain per expert: {why}");
                 let experts = e

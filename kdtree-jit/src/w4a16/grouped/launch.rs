@@ -93,7 +93,7 @@ impl GroupedKernel {
         if experts == 0 || n == 0 || k == 0 || x_rows == 0 {
             return Err(fail(format!("empty product: {experts} experts of {n} x {k}, {x_rows} rows of X")));
         }
-        if k % g != 0 {
+        if !k.is_multiple_of(g) {
             return Err(fail(format!("K = {k} is not a multiple of the group size {g}")));
         }
         let bound = tile_bound(experts, y_rows, v.bm as usize);
