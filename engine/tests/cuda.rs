@@ -160,7 +160,9 @@ fn cuda_logits_match_the_cpu_backend_within_bf16_rounding() {
     let (_, reference) = prefill(&f.cpu, &prompt);
     for (name, model) in [("default variants", &f.cuda), ("tuned split-K", &f.tuned), ("fast", &f.fast)] {
         let shapes: Vec<WeightShape> = model.backend().plans().into_iter().map(|(s, _)| s).collect();
-        assert_eq!(shapes, [DOWN, GATE_UP], "the INT4 expert shapes are on the GPU");
+        // The INT4 experts run grouped (one w4a16_grouped launch per projection and layer), outside the
+        // per-shape W4A16 plans, which only the INT4 linears would need; the tiny models have none.
+        assert!(shapes.is_empty(), "no per-shape plans for grouped experts: {shapes:?}");
         let (_, logits) = prefill(model, &prompt);
         let err = relative_error(&logits, &reference);
         println!("{name}: CUDA vs CPU logits, max |diff| / max |logit| = {err:.2e} (tolerance {TOLERANCE:.2e})");

@@ -237,8 +237,24 @@ pub unsafe fn moe_combine(
     h: u32,
 );
 
+/// Sorts the `n` assignments `ids` by expert (ids >= `experts` last) into `sorted`, with each expert's
+/// start in `offsets` (`[experts + 1]`), tiles of at most `bm` rows in `tiles` (`[3 * max_tiles]`) and
+/// (tiles, experts touched, invalid ids) in `meta`. One block.
+#[kernel(file = "cuda/moe_align.cu", grid = 1u32, block = 1024u32)]
+pub unsafe fn moe_align(
+    ids: &CudaView<u32>,
+    sorted: &mut CudaSlice<u32>,
+    offsets: &mut CudaSlice<u32>,
+    tiles: &mut CudaSlice<u32>,
+    meta: &mut CudaSlice<u32>,
+    n: u32,
+    experts: u32,
+    bm: u32,
+    max_tiles: u32,
+);
+
 /// This crate's kernels; naming them also links their registrations into the program.
-pub fn all() -> [&'static KernelDef; 24] {
+pub fn all() -> [&'static KernelDef; 25] {
     [
         &rmsnorm::KERNEL,
         &silu_mul::KERNEL,
@@ -264,5 +280,6 @@ pub fn all() -> [&'static KernelDef; 24] {
         &attention_tree::KERNEL,
         &route_noaux_tc::KERNEL,
         &moe_combine::KERNEL,
+        &moe_align::KERNEL,
     ]
 }

@@ -1,13 +1,24 @@
-//! One MoE layer on the GPU: the router (an f32 GEMM and the `noaux_tc` top-k, both on the GPU),
-//! then one launch per expert that has tokens, over the rows routed to it, and the weighted combine.
+//! One MoE layer on the GPU: the router (an f32 GEMM and the `noaux_tc` top-k), then the routed
+//! experts, then the weighted combine. Nothing crosses to the host.
 //!
-//! The routing crosses to the host once per layer (each expert's row count sizes its launch) until
-//! the grouped MoE kernel takes all experts in one launch. A row's result never depends on the other
-//! rows: each expert computes its rows independently (batch-invariant kernels) and the combine adds
-//! a row's experts in ascending expert index, as the CPU does.
+//! The experts run grouped (kdtree-jit's `w4a16::grouped`): the assignments are sorted by expert and
+//! tiled on the GPU (kdtree-kernels' `moe_align`), one launch computes every assignment's gate and up
+//! projections (X rows gathered by token), one the SiLU product, one every down projection (rows in
+//! sorted order), and the results are scattered to their (token, slot) and combined. A row's result
+//! never depends on the other rows: the grouped kernel computes each row on its own in a fixed K
+//! order, and the combine adds a token's slots in ascending expert index, as the CPU does. So the
+//! outputs are batch-invariant, as exact mode requires.
+//!
+//! Weights the grouped kernel cannot serve (dense experts, f16 activations, experts of different
+//! shapes) run one launch chain per expert with the routing read back to the host, as before the
+//! grouped kernel; the loader says so on stderr, and [`CudaExperts::describe`] names the path.
 
-use cudarc::driver::CudaSlice;
-use kdtree_quant::Dtype;
+use cudarc::driver::{CudaSlice, CudaView};
+use kdtree_jit::w4a16::grouped::{DeviceRows, GroupedBuffers, GroupedKernel, GroupedShape, W4a16Grouped};
+use kdtree_jit::w4a16::{self, layout::lengths};
+use kdtree_jit::{Target, Variant};
+use kdtree_kernels::shape::{MAX_ASSIGNMENTS, MAX_EXPERTS};
+use kdtree_quant::{Dtype, QuantizedWeight};
 
 use super::CudaBackend;
 use super::gemm::GemmInput;
@@ -16,16 +27,41 @@ use super::ops;
 use super::tensor::CudaTensor;
 use crate::error::{EngineError, Result};
 use crate::model::Routing;
-use crate::registry::HostExperts;
+use crate::registry::{HostExperts, HostLinear};
 
 pub struct CudaExperts {
     routing: Routing,
     /// `[n_experts, hidden]`, f32 as the reference router applies it.
     router: CudaSlice<f32>,
     bias: CudaSlice<f32>,
-    /// Per expert: gate and up stacked, and down.
-    experts: Vec<(CudaLinear, CudaLinear)>,
+    experts: Experts,
     hidden: usize,
+}
+
+enum Experts {
+    Grouped(Box<Grouped>),
+    /// One launch chain per expert, and why the grouped kernel could not serve these weights.
+    PerExpert {
+        experts: Vec<(CudaLinear, CudaLinear)>,
+        why: String,
+    },
+}
+
+/// Every expert's weight of one projection, stacked in the grouped kernel's layout.
+struct Stacked {
+    n: usize,
+    k: usize,
+    packed: CudaSlice<u32>,
+    scales: CudaSlice<u16>,
+}
+
+struct Grouped {
+    /// Gate and up stacked (`[2 * inter, hidden]` per expert), and down (`[hidden, inter]`).
+    gate_up: Stacked,
+    down: Stacked,
+    /// Both projections run the same variant, so one alignment (tiles of its `bm`) serves both.
+    kernel: GroupedKernel,
+    dtype: Dtype,
 }
 
 impl CudaExperts {
@@ -34,18 +70,25 @@ impl CudaExperts {
         if e.experts.len() != e.routing.n_experts || e.bias.len() != e.routing.n_experts {
             return Err(EngineError::InvalidArgument(format!("{name}: experts, bias and router disagree")));
         }
-        let experts = e
-            .experts
-            .into_iter()
-            .enumerate()
-            .map(|(i, (gate_up, down))| {
-                let prefix = format!("{name}.experts.{i}");
-                Ok((
-                    b.upload_linear(&format!("{prefix}.gate_up_proj"), gate_up)?,
-                    b.upload_linear(&format!("{prefix}.down_proj"), down)?,
-                ))
-            })
-            .collect::<Result<_>>()?;
+        let experts = match grouped_variant(b, &e, hidden) {
+            Ok(v) => Experts::Grouped(Box::new(Grouped::upload(b, v, e.experts)?)),
+            Err(why) => {
+                eprintln!("note: {name}: the routed experts run one launch chain per expert: {why}");
+                let experts = e
+                    .experts
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (gate_up, down))| {
+                        let prefix = format!("{name}.experts.{i}");
+                        Ok((
+                            b.upload_linear(&format!("{prefix}.gate_up_proj"), gate_up)?,
+                            b.upload_linear(&format!("{prefix}.down_proj"), down)?,
+                        ))
+                    })
+                    .collect::<Result<_>>()?;
+                Experts::PerExpert { experts, why }
+            }
+        };
         let s = b.stream();
         Ok(CudaExperts {
             routing: e.routing,
@@ -55,6 +98,203 @@ impl CudaExperts {
             hidden,
         })
     }
+
+    /// How the routed experts run: the grouped variant, or why they run one chain per expert.
+    pub fn describe(&self) -> String {
+        match &self.experts {
+            Experts::Grouped(g) => format!("grouped, {}", g.kernel.variant().name()),
+            Experts::PerExpert { why, .. } => format!("one launch chain per expert ({why})"),
+        }
+    }
+}
+
+/// The grouped variant for these experts, or why there is none: every expert INT4, gate-up and down
+/// each of one shape, group size and scale dtype, bf16 activations (the SiLU and scatter kernels'),
+/// gate-up `[2 * inter, hidden]` and down `[hidden, inter]`.
+///
+/// The variant is [`W4a16Grouped::default_for`] the weights' dtype and group on this GPU; tuning
+/// (`kdtree-jit tune`) is to pick it per shape and T bucket, as the tuning DB does for the GEMMs.
+fn grouped_variant(b: &CudaBackend, e: &HostExperts, hidden: usize) -> std::result::Result<W4a16Grouped, String> {
+    let quantized = |w: &HostLinear| match w {
+        HostLinear::Int4(q) => Some((q.n, q.k, q.group_size, q.scales.dtype)),
+        HostLinear::Dense(_) => None,
+    };
+    let (Some(first_gu), Some(first_down)) =
+        (e.experts.first().and_then(|(gu, _)| quantized(gu)), e.experts.first().and_then(|(_, d)| quantized(d)))
+    else {
+        return Err("the experts are dense (the grouped kernel is W4A16 only)".into());
+    };
+    if e.experts.len() > MAX_EXPERTS {
+        return Err(format!("{} experts, the alignment takes at most {MAX_EXPERTS}", e.experts.len()));
+    }
+    for (i, (gu, d)) in e.experts.iter().enumerate() {
+        if quantized(gu) != Some(first_gu) || quantized(d) != Some(first_down) {
+            return Err(format!("expert {i}'s weights differ in kind, shape, group or dtype from expert 0's"));
+        }
+    }
+    let ((n_gu, k_gu, g, dtype), (n_d, k_d, g_d, dtype_d)) = (first_gu, first_down);
+    if dtype != Dtype::Bf16 || dtype_d != Dtype::Bf16 {
+        return Err("f16 scales: the CUDA SiLU and scatter kernels take bf16".into());
+    }
+    if g != g_d {
+        return Err(format!("gate-up has group size {g}, down {g_d}"));
+    }
+    if k_gu != hidden || n_d != hidden || n_gu != 2 * k_d {
+        return Err(format!("gate-up [{n_gu}, {k_gu}] and down [{n_d}, {k_d}] against a hidden size of {hidden}"));
+    }
+    let group = u32::try_from(g).map_err(|_| format!("group size {g}"))?;
+    let target = Target { arch: b.gpu().arch };
+    let v = W4a16Grouped::default_for(dtype, group, &target);
+    v.check(&target).map_err(|why| format!("{}: {why}", v.name()))?;
+    Ok(v)
+}
+
+impl Stacked {
+    /// Repacks each expert's weight into the variant's layout and copies it to its place in one buffer.
+    fn upload(b: &CudaBackend, v: &W4a16Grouped, weights: Vec<QuantizedWeight>) -> Result<Stacked> {
+        let (n, k) = weights.first().map_or((0, 0), |w| (w.n, w.k));
+        let (packed_len, scales_len) = lengths(n, k, v.group_size as usize);
+        let s = b.stream();
+        // Written in full below, one expert after the other.
+        let mut packed = b.output::<u32>(weights.len() * packed_len)?;
+        let mut scales = b.output::<u16>(weights.len() * scales_len)?;
+        for (e, w) in weights.into_iter().enumerate() {
+            let d = w4a16::repack(&v.stream(), &w)?;
+            s.memcpy_htod(&d.packed, &mut packed.slice_mut(e * packed_len..(e + 1) * packed_len))?;
+            s.memcpy_htod(&d.scales, &mut scales.slice_mut(e * scales_len..(e + 1) * scales_len))?;
+        }
+        Ok(Stacked { n, k, packed, scales })
+    }
+}
+
+impl Grouped {
+    fn upload(b: &CudaBackend, v: W4a16Grouped, experts: Vec<(HostLinear, HostLinear)>) -> Result<Grouped> {
+        let (mut gate_up, mut down) = (Vec::with_capacity(experts.len()), Vec::with_capacity(experts.len()));
+        for (gu, d) in experts {
+            match (gu, d) {
+                (HostLinear::Int4(gu), HostLinear::Int4(d)) => {
+                    gate_up.push(gu);
+                    down.push(d);
+                }
+                _ => return Err(EngineError::InvalidArgument("grouped experts must be INT4".into())),
+            }
+        }
+        // Each layer loads its own module of the variant (the cubin comes from the disk cache after
+        // the first layer).
+        let kernel = GroupedKernel::compile(b.gpu(), v, b.cache.as_ref())?;
+        Ok(Grouped {
+            gate_up: Stacked::upload(b, &v, gate_up)?,
+            down: Stacked::upload(b, &v, down)?,
+            kernel,
+            dtype: v.dtype,
+        })
+    }
+}
+
+pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, e: &CudaExperts) -> Result<CudaTensor> {
+    let (m, h, r) = (x.rows, x.cols, &e.routing);
+    if h != e.hidden {
+        return Err(EngineError::InvalidArgument(format!("moe: rows of {h}, experts of {}", e.hidden)));
+    }
+    let logits = linear::dense(b, GemmInput::F32, &x.data, &e.router, (m, r.n_experts, h))?;
+    let mut ids = b.output::<u32>(m * r.top_k)?;
+    let mut weights = b.output::<f32>(m * r.top_k)?;
+    ops::route(b.kernels(), &logits, &e.bias, r, &mut ids, &mut weights)?;
+    let out = match &e.experts {
+        Experts::Grouped(g) => grouped_forward(b, x, g, r, &ids, &weights)?,
+        Experts::PerExpert { experts, .. } => per_expert_forward(b, x, experts, r, &ids, &weights)?,
+    };
+    Ok(CudaTensor { data: out, rows: m, cols: h })
+}
+
+/// The grouped experts of `x`'s tokens, in chunks of at most [`MAX_ASSIGNMENTS`] assignments (one
+/// alignment each; a forward of K2's top-8 has one chunk up to 1024 tokens).
+fn grouped_forward(
+    b: &CudaBackend,
+    x: &CudaTensor,
+    g: &Grouped,
+    r: &Routing,
+    ids: &CudaSlice<u32>,
+    weights: &CudaSlice<f32>,
+) -> Result<CudaSlice<f32>> {
+    let (m, h, top_k) = (x.rows, x.cols, r.top_k);
+    let xh = linear::to_half(b, x, g.dtype, m)?;
+    let chunk = (MAX_ASSIGNMENTS / top_k).max(1);
+    if m <= chunk {
+        return grouped_tokens(b, g, r, xh.slice(0..m * h), m, ids.slice(..), weights);
+    }
+    let s = b.stream();
+    let mut out = b.output::<f32>(m * h)?;
+    for t0 in (0..m).step_by(chunk) {
+        let t1 = (t0 + chunk).min(m);
+        let mut w = b.output::<f32>((t1 - t0) * top_k)?;
+        s.memcpy_dtod(&weights.slice(t0 * top_k..t1 * top_k), &mut w)?;
+        let ids = ids.slice(t0 * top_k..t1 * top_k);
+        let part = grouped_tokens(b, g, r, xh.slice(t0 * h..t1 * h), t1 - t0, ids, &w)?;
+        s.memcpy_dtod(&part, &mut out.slice_mut(t0 * h..t1 * h))?;
+    }
+    Ok(out)
+}
+
+/// `tokens` tokens' routed experts: align, gate-up, SiLU, down, scatter to slots, combine.
+fn grouped_tokens(
+    b: &CudaBackend,
+    g: &Grouped,
+    r: &Routing,
+    xh: CudaView<u16>,
+    tokens: usize,
+    ids: CudaView<u32>,
+    weights: &CudaSlice<f32>,
+) -> Result<CudaSlice<f32>> {
+    let (k, gpu) = (b.kernels(), b.gpu());
+    let (top_k, experts, h) = (r.top_k, r.n_experts, g.down.n);
+    let assignments = tokens * top_k;
+    let bm = g.kernel.variant().bm as usize;
+    let mut a = kdtree_kernels::Alignment::new(k, assignments, experts, bm)?;
+    kdtree_kernels::moe_align(k, &ids, &mut a)?;
+    if b.profile.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+        // Profiling only: the one read-back of the routing, for the experts-touched count.
+        let meta = b.stream().clone_dtoh(&a.meta)?;
+        if meta[2] > 0 {
+            return Err(EngineError::InvalidArgument(format!("the router chose {} experts past {experts}", meta[2])));
+        }
+        b.count_experts(meta[1] as usize);
+    }
+
+    let (n_gu, inter) = (g.gate_up.n, g.down.k);
+    let mut gu = b.output::<u16>(assignments * n_gu)?;
+    let shape = GroupedShape { experts, n: n_gu, k: g.gate_up.k, x_rows: tokens, y_rows: assignments };
+    let buffers = GroupedBuffers {
+        x: xh,
+        rows: DeviceRows::Gather { index: a.sorted.slice(0..assignments), div: top_k },
+        packed: &g.gate_up.packed,
+        scales: &g.gate_up.scales,
+        tiles: a.tiles.slice(..),
+        tile_count: a.meta.slice(0..1),
+        y: gu.slice_mut(..),
+    };
+    g.kernel.launch(gpu, shape, buffers)?;
+    let mut act = b.output::<u16>(assignments * inter)?;
+    ops::silu_mul_halves_u16(k, &gu, assignments, n_gu, g.dtype, &mut act)?;
+
+    let mut y = b.output::<u16>(assignments * h)?;
+    let shape = GroupedShape { experts, n: h, k: inter, x_rows: assignments, y_rows: assignments };
+    let buffers = GroupedBuffers {
+        x: act.slice(..),
+        rows: DeviceRows::Identity,
+        packed: &g.down.packed,
+        scales: &g.down.scales,
+        tiles: a.tiles.slice(..),
+        tile_count: a.meta.slice(0..1),
+        y: y.slice_mut(..),
+    };
+    g.kernel.launch(gpu, shape, buffers)?;
+    // Sorted position i holds assignment sorted[i] = token * top_k + slot: its slot row.
+    let mut slots = b.output::<f32>(assignments * h)?;
+    ops::scatter_rows_to_f32(k, &y, g.dtype, &a.sorted, 0, assignments, h, &mut slots)?;
+    let mut out = b.output::<f32>(tokens * h)?;
+    kdtree_kernels::moe_combine(k, &slots, weights, top_k, &mut out)?;
+    Ok(out)
 }
 
 /// The rows of each expert, experts ascending: `order` lists the rows to gather, `dest` the
@@ -86,7 +326,7 @@ fn assign(ids: &[u32], top_k: usize, n_experts: usize) -> Result<Assignment> {
     Ok(Assignment { order, dest, spans })
 }
 
-/// `x · Wᵀ` of half rows into half rows, for the experts' chain of GEMMs.
+/// `x · Wᵀ` of half rows into half rows, for the per-expert chain of GEMMs.
 fn half_linear(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaLinear) -> Result<CudaSlice<u16>> {
     let (n, k) = (w.n(), w.k());
     match w {
@@ -101,25 +341,27 @@ fn half_linear(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaLinear) ->
     }
 }
 
-pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, e: &CudaExperts) -> Result<CudaTensor> {
-    let (m, h, r) = (x.rows, x.cols, &e.routing);
-    if h != e.hidden {
-        return Err(EngineError::InvalidArgument(format!("moe: rows of {h}, experts of {}", e.hidden)));
-    }
+/// The per-expert path: the routing read back to the host, then per expert that has tokens a gather,
+/// the two GEMMs and the SiLU product, and a scatter to the slots; then the combine.
+fn per_expert_forward(
+    b: &CudaBackend,
+    x: &CudaTensor,
+    experts: &[(CudaLinear, CudaLinear)],
+    r: &Routing,
+    ids: &CudaSlice<u32>,
+    weights: &CudaSlice<f32>,
+) -> Result<CudaSlice<f32>> {
+    let (m, h) = (x.rows, x.cols);
     let s = b.stream();
-    let logits = linear::dense(b, GemmInput::F32, &x.data, &e.router, (m, r.n_experts, h))?;
-    let mut ids = b.output::<u32>(m * r.top_k)?;
-    let mut weights = b.output::<f32>(m * r.top_k)?;
-    ops::route(b.kernels(), &logits, &e.bias, r, &mut ids, &mut weights)?;
-    let plan = assign(&s.clone_dtoh(&ids)?, r.top_k, r.n_experts)?;
+    let plan = assign(&s.clone_dtoh(ids)?, r.top_k, r.n_experts)?;
     b.count_experts(plan.spans.len());
     let (order, dest) = (s.clone_htod(&plan.order)?, s.clone_htod(&plan.dest)?);
-    let dtype = e.experts.first().map_or(Dtype::Bf16, |(w, _)| w.dtype());
+    let dtype = experts.first().map_or(Dtype::Bf16, |(w, _)| w.dtype());
     let xh = linear::to_half(b, x, dtype, m)?;
     // Every (row, slot) is one expert's output: the scatters below write all of it.
     let mut slots = b.output::<f32>(m * r.top_k * h)?;
     for &(expert, start, count) in &plan.spans {
-        let (gate_up, down) = &e.experts[expert];
+        let (gate_up, down) = &experts[expert];
         let mut xg = b.output::<u16>(count * h)?;
         kdtree_kernels::gather_rows_u16(b.kernels(), &xh, h, &order, start, count, &mut xg)?;
         let gu = half_linear(b, &xg, count, gate_up)?;
@@ -129,8 +371,8 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, e: &CudaExperts) -> Resul
         ops::scatter_rows_to_f32(b.kernels(), &y, dtype, &dest, start, count, h, &mut slots)?;
     }
     let mut out = b.output::<f32>(m * h)?;
-    kdtree_kernels::moe_combine(b.kernels(), &slots, &weights, r.top_k, &mut out)?;
-    Ok(CudaTensor { data: out, rows: m, cols: h })
+    kdtree_kernels::moe_combine(b.kernels(), &slots, weights, r.top_k, &mut out)?;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -145,5 +387,13 @@ mod tests {
         assert_eq!(a.order, [1, 0, 1, 0]);
         assert_eq!(a.dest, [3, 1, 2, 0]);
         assert!(assign(&[7, 0], 2, 4).is_err());
+    }
+
+    #[test]
+    fn the_per_expert_path_agrees_with_the_grouped_alignment() {
+        // The grouped path's sorted list is the per-expert path's `dest` (slot order by expert).
+        let ids = [3, 1, 1, 0, 2, 3];
+        let a = kdtree_jit::w4a16::grouped::align(&ids, 4, 8);
+        assert_eq!(a.sorted, assign(&ids, 2, 4).unwrap().dest);
     }
 }

@@ -43,6 +43,7 @@
 //! ```
 
 pub mod check;
+pub mod grouped;
 pub mod launch;
 pub mod layout;
 pub mod rules;
