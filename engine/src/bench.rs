@@ -18,7 +18,7 @@ pub struct ForwardRow {
     pub median_us: f64,
     pub p10_us: f64,
     pub p90_us: f64,
-    /// Distinct routed experts per MoE layer, averaged over layers and reps.
+    /// Distinct routed experts per MoE layer, averaged over the layers of the one profiled forward.
     pub experts_per_layer: f64,
     pub bytes: ReadBytes,
     /// `bytes.total / copy bandwidth`.

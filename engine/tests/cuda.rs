@@ -102,7 +102,8 @@ struct Fixture {
 }
 
 fn on_gpu(model_dir: &Path, tuning_db: &Path, mode: Mode) -> OnGpu {
-    let cuda = CudaBackend::open(&CudaOptions { ordinal: 0, tuning_db: tuning_db.into(), mode }).expect("CUDA");
+    let cuda = CudaBackend::open(&CudaOptions { ordinal: 0, tuning_db: tuning_db.into(), mode, grouped_moe: true })
+        .expect("CUDA");
     Model::load_on(model_dir, Arc::new(cuda)).expect("loads on CUDA")
 }
 

@@ -16,7 +16,12 @@ use kdtree_quant::{Dtype, QuantizedWeight};
 const MOE_BOUND: f32 = 8.0 * 0.0039;
 
 fn cuda() -> CudaBackend {
-    let options = CudaOptions { ordinal: 0, tuning_db: "/nonexistent/tuning.json".into(), mode: Mode::Exact { m: 1 } };
+    let options = CudaOptions {
+        ordinal: 0,
+        tuning_db: "/nonexistent/tuning.json".into(),
+        mode: Mode::Exact { m: 1 },
+        grouped_moe: true,
+    };
     CudaBackend::open(&options).expect("a GPU")
 }
 

@@ -27,7 +27,12 @@ fn relative_error(a: &[f32], reference: &[f32]) -> f32 {
 }
 
 fn cuda() -> CudaBackend {
-    let options = CudaOptions { ordinal: 0, tuning_db: "/nonexistent/tuning.json".into(), mode: Mode::Exact { m: 1 } };
+    let options = CudaOptions {
+        ordinal: 0,
+        tuning_db: "/nonexistent/tuning.json".into(),
+        mode: Mode::Exact { m: 1 },
+        grouped_moe: true,
+    };
     CudaBackend::open(&options).expect("a GPU")
 }
 

@@ -31,6 +31,10 @@ pub struct BackendArgs {
     /// sequential forwards, so DDTree may no longer reproduce greedy decoding token for token.
     #[arg(long, conflicts_with = "exact_variant_m")]
     pub fast: bool,
+    /// Run routed INT4 experts one launch chain per expert, with the routing read back to the host
+    /// each MoE layer, instead of the grouped kernel: for comparing the two.
+    #[arg(long)]
+    pub per_expert_moe: bool,
     /// Which GPU (0 is the first).
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
@@ -42,7 +46,7 @@ impl BackendArgs {
     pub fn open(&self, default_m: usize) -> anyhow::Result<Option<CudaBackend>> {
         let mode = if self.fast { Mode::Fast } else { Mode::Exact { m: self.exact_variant_m.unwrap_or(default_m) } };
         let tuning_db = self.tuning_db.clone().unwrap_or_else(TuningDb::default_path);
-        let options = CudaOptions { ordinal: self.gpu, tuning_db, mode };
+        let options = CudaOptions { ordinal: self.gpu, tuning_db, mode, grouped_moe: !self.per_expert_moe };
         Ok(match select(self.backend, || CudaBackend::open(&options))? {
             Selection::Cpu { note } => {
                 if let Some(note) = note {

@@ -1,14 +1,16 @@
 //! The CUDA backend: every op of the forward on the GPU. Activations, the KV cache and the weights
 //! stay on the device; a forward uploads its token ids, positions and mask and returns argmax ids
-//! (or logits), and each MoE layer reads its routing back to size the experts' launches.
+//! (or logits). Nothing else crosses to the host, unless routed experts run one chain per expert
+//! (`grouped_moe` off, or weights the grouped kernel cannot serve), which reads each layer's routing
+//! back to size their launches.
 //!
 //! | op | how |
 //! |---|---|
 //! | dense linears, the router, the LM head | cuBLAS (bf16/f16 in, f32 out; f32 for the router), [`gemm`] |
-//! | W4A16 linears (routed experts) | the tuned kdtree-jit variant of the weight's shape ([`select`]) |
+//! | W4A16 linears | the tuned kdtree-jit variant of the weight's shape ([`select`]) |
 //! | embedding, RMSNorm, rope, casts, residual adds | `#[kernel]`s of kdtree-kernels |
 //! | MLA attention over the cache, tree-masked | kdtree-kernels' `attention_tree` |
-//! | routing and experts | [`moe`] |
+//! | routing and routed experts | `noaux_tc` routing, then kdtree-jit's grouped W4A16: every expert of a layer in one launch per projection ([`moe`]) |
 //!
 //! Exact mode (the default) keeps every op batch-invariant: a row's bits never depend on how many
 //! rows run with it, so DDTree's output equals greedy decoding's on this backend too. W4A16 runs one
@@ -54,6 +56,9 @@ pub struct CudaOptions {
     /// The tuning DB; a missing file is an empty DB (every shape then runs the default variant).
     pub tuning_db: PathBuf,
     pub mode: Mode,
+    /// Routed INT4 experts run in one grouped launch per projection (the default); false runs one
+    /// launch chain per expert, with the routing read back to the host, for comparison.
+    pub grouped_moe: bool,
 }
 
 /// One GPU with its kernels, cuBLAS, the tuning DB and the W4A16 plans of the shapes loaded so far.
@@ -64,6 +69,7 @@ pub struct CudaBackend {
     env: Environment,
     db: TuningDb,
     mode: Mode,
+    grouped_moe: bool,
     /// `None` when the cache directory cannot be opened: kernels then compile every time.
     cache: Option<Cache>,
     shapes: Mutex<BTreeMap<WeightShape, Arc<ShapeKernels>>>,
@@ -110,6 +116,7 @@ impl CudaBackend {
             env,
             db,
             mode: options.mode,
+            grouped_moe: options.grouped_moe,
             cache,
             shapes: Mutex::default(),
             experts_launched: AtomicUsize::new(0),
@@ -149,7 +156,8 @@ impl CudaBackend {
     }
 
     /// How many experts the MoE layers launched since the last call: the distinct experts each
-    /// layer's tokens routed to, summed over layers and forwards.
+    /// layer's tokens routed to, summed over layers and forwards. The grouped path counts on the
+    /// device and reads the count back only while profiling ([`Self::start_profile`]).
     pub fn take_experts_launched(&self) -> usize {
         self.experts_launched.swap(0, Ordering::Relaxed)
     }

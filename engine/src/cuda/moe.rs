@@ -119,6 +119,9 @@ fn grouped_variant(b: &CudaBackend, e: &HostExperts, hidden: usize) -> std::resu
         HostLinear::Int4(q) => Some((q.n, q.k, q.group_size, q.scales.dtype)),
         HostLinear::Dense(_) => None,
     };
+    if !b.grouped_moe {
+        return Err("--per-expert-moe was given".into());
+    }
     let (Some(first_gu), Some(first_down)) =
         (e.experts.first().and_then(|(gu, _)| quantized(gu)), e.experts.first().and_then(|(_, d)| quantized(d)))
     else {
