@@ -15,6 +15,7 @@
 //! | DDTree speculative decoding: drafters, the draft tree, verification, the decode loop | [`spec`] |
 //! | tiny random checkpoints for tests and demos, and Kimi K2-shaped ones for benchmarks | [`tiny`] |
 //! | what `kdtree-engine bench` measures: a forward's time against its bandwidth floor | [`bench`] |
+//! | the tables printed for people | [`table`] |
 //! | what can go wrong, by kind | [`EngineError`] ([`error`]) |
 //!
 //! ```
@@ -49,6 +50,7 @@ pub mod model;
 pub mod ops;
 pub mod registry;
 pub mod spec;
+pub mod table;
 pub mod tiny;
 
 pub use error::{EngineError, Result};

@@ -10,6 +10,7 @@ use crate::error::{EngineError, Result};
 use crate::generate::greedy_generate;
 use crate::model::{Config, Model};
 use crate::registry::Backend;
+use crate::table::table;
 
 /// Options of speculative decoding, flattened into `generate`. Each but `--spec` needs `--spec`.
 #[derive(clap::Args, Clone, Debug)]
@@ -162,11 +163,11 @@ impl Comparison {
             ("mean tree size (root excluded)", format!("{:.1}", self.mean_tree_size), "0".into()),
             ("tokens/s", format!("{:.1}", self.tokens_per_second), format!("{:.1}", self.greedy_tokens_per_second)),
         ];
-        let mut out = format!("tokens: {}\n\n", tokens.join(","));
-        out += &format!("{:<40} {:>14} {:>10}\n", format!("ddtree B={b} L={l} drafter={drafter}"), "ddtree", "greedy");
+        let mut t = table(&[&format!("ddtree B={b} L={l} drafter={drafter}"), "ddtree", "greedy"], &[1, 2]);
         for (name, ours, greedy) in rows {
-            out += &format!("{name:<40} {ours:>14} {greedy:>10}\n");
+            t.add_row(vec![name.to_owned(), ours, greedy]);
         }
+        let mut out = format!("tokens: {}\n\n{t}\n", tokens.join(","));
         out += &format!("identical to greedy: {}\n", if self.identical { "yes" } else { "NO" });
         out
     }
