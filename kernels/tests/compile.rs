@@ -35,6 +35,7 @@ fn every_kernel_is_registered_and_compiles_for_sm90_and_sm120() {
             "attention_tree",
             "route_noaux_tc",
             "moe_combine",
+            "count_nonfinite",
         ]
     );
     let all = registered();
