@@ -235,6 +235,10 @@ impl Backend for CpuBackend {
         Ok(cpu::argmax(&x.data, x.cols))
     }
 
+    fn argmax_checked(&self, x: &CpuTensor) -> Result<(Vec<u32>, usize)> {
+        Ok((cpu::argmax(&x.data, x.cols), cpu::count_nonfinite(&x.data)))
+    }
+
     fn to_host(&self, x: &CpuTensor) -> Result<Vec<f32>> {
         Ok(x.data.clone())
     }
