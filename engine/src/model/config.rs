@@ -156,7 +156,7 @@ impl Config {
 
     /// Whether layer `i` has the MoE feed-forward (otherwise the dense MLP).
     pub fn is_moe_layer(&self, i: usize) -> bool {
-        self.n_routed_experts > 0 && i >= self.first_k_dense_replace && i % self.moe_layer_freq == 0
+        self.n_routed_experts > 0 && i >= self.first_k_dense_replace && i.is_multiple_of(self.moe_layer_freq)
     }
 
     /// The group size of the linear module `module` if the quantization config makes it INT4.
