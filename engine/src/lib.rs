@@ -14,7 +14,7 @@
 //! | greedy decoding | [`greedy_generate`] ([`generate`]) |
 //! | DDTree speculative decoding: drafters, the draft tree, verification, the decode loop | [`spec`] |
 //! | tiny random checkpoints for tests and demos, and Kimi K2-shaped ones for benchmarks | [`tiny`] |
-//! | what `kdtree-engine bench` measures: a forward's time against its bandwidth floor | [`bench`] |
+//! | what `kdtree-engine bench` measures: a forward's time against its bandwidth floor | [`bench`](mod@bench) |
 //! | the tables printed for people | [`table`] |
 //! | what can go wrong, by kind | [`EngineError`] ([`error`]) |
 //!
