@@ -134,7 +134,7 @@ impl Backend for CpuBackend {
     }
 
     fn silu_mul(&self, x: &CpuTensor) -> Result<CpuTensor> {
-        if x.cols % 2 != 0 {
+        if !x.cols.is_multiple_of(2) {
             return Err(shape_error("silu_mul", format!("rows of {} do not split in halves", x.cols)));
         }
         Ok(CpuTensor { data: silu_mul_halves(&x.data, x.cols), cols: x.cols / 2 })
@@ -150,7 +150,7 @@ impl Backend for CpuBackend {
 
     fn rope(&self, x: &mut CpuTensor, span: RopeSpan, cos: &Vec<f32>, sin: &Vec<f32>, batch: &CpuBatch) -> Result<()> {
         let RopeSpan { stride, offset, dim, layout } = span;
-        if stride == 0 || x.cols % stride != 0 || offset + dim > stride || x.rows() != batch.positions.len() {
+        if stride == 0 || !x.cols.is_multiple_of(stride) || offset + dim > stride || x.rows() != batch.positions.len() {
             return Err(shape_error("rope", format!("{span:?} over {} rows of {}", x.rows(), x.cols)));
         }
         // The rotary part of every head, gathered, rotated and put back.
@@ -233,6 +233,10 @@ impl Backend for CpuBackend {
 
     fn argmax(&self, x: &CpuTensor) -> Result<Vec<u32>> {
         Ok(cpu::argmax(&x.data, x.cols))
+    }
+
+    fn argmax_checked(&self, x: &CpuTensor) -> Result<(Vec<u32>, usize)> {
+        Ok((cpu::argmax(&x.data, x.cols), cpu::count_nonfinite(&x.data)))
     }
 
     fn to_host(&self, x: &CpuTensor) -> Result<Vec<f32>> {

@@ -1,6 +1,7 @@
 use thiserror::Error;
 
-/// Everything the engine can report: bad model folders, bad inputs, and the quant format's own errors.
+/// Everything the engine can report: bad model folders, bad inputs, the quant format's and the GPU's
+/// own errors, and forwards whose logits are not numbers.
 #[derive(Debug, Error)]
 pub enum EngineError {
     #[error("tensor {tensor} is missing from {file}")]
@@ -77,6 +78,15 @@ pub enum EngineError {
 
     #[error("--backend cuda: {reason}")]
     BackendUnavailable { reason: String },
+
+    /// A forward's logits held NaN or infinite values. `op` is the first op of that forward whose
+    /// output did ("embedding", "layer 2 moe", "lm_head"), found by running the forward again with every
+    /// op's output checked; `count` of its `total` output values were not finite.
+    #[error(
+        "{op}: {count} of {total} values are not finite (NaN or infinite), the first op of the forward whose \
+         output is not: check the weights it reads and the config.json values it uses"
+    )]
+    NonFinite { op: String, count: usize, total: usize },
 
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -1,6 +1,8 @@
 //! The DDTree speculative-decoding engine: a DeepSeek-V3 / Kimi K2-architecture model loaded from
-//! safetensors checkpoints (dense or INT4 routed experts), run through an op registry whose CPU
-//! backend is deterministic and batch-invariant, and greedy decoding on top.
+//! safetensors checkpoints (dense or INT4 routed experts), run through an op registry with two
+//! backends (the deterministic, batch-invariant CPU reference, and CUDA with every op on the GPU),
+//! and on top plain greedy decoding and DDTree speculative decoding, which reproduces it token for
+//! token.
 //!
 //! | concept | where |
 //! |---|---|
@@ -9,9 +11,12 @@
 //! | every op on the GPU: JIT kernels, tuned W4A16 variants, cuBLAS | [`cuda`] |
 //! | visibility among new tokens (tree attention) | [`TreeMask`] |
 //! | the model, its config and KV cache | [`Model`], [`Config`], [`KvCache`] |
-//! | greedy decoding | [`greedy_generate`] |
-//! | DDTree speculative decoding | [`spec`] |
-//! | tiny random checkpoints for tests and demos | [`tiny`] |
+//! | greedy decoding | [`greedy_generate`] ([`generate`]) |
+//! | DDTree speculative decoding: drafters, the draft tree, verification, the decode loop | [`spec`] |
+//! | tiny random checkpoints for tests and demos, and Kimi K2-shaped ones for benchmarks | [`tiny`] |
+//! | what `kdtree-engine bench` measures: a forward's time against its bandwidth floor | [`bench`](mod@bench) |
+//! | the tables printed for people | [`table`] |
+//! | what can go wrong, by kind | [`EngineError`] ([`error`]) |
 //!
 //! ```
 //! use kdtree_engine::tiny::{TinySpec, write_tiny_model};
@@ -45,6 +50,7 @@ pub mod model;
 pub mod ops;
 pub mod registry;
 pub mod spec;
+pub mod table;
 pub mod tiny;
 
 pub use error::{EngineError, Result};

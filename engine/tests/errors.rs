@@ -1,10 +1,15 @@
-//! Bad model folders: each a clear error that names the file and the tensor or key.
+//! Bad model folders: each a clear error that names the file and the tensor or key, or, for weights
+//! that hold NaN or infinities, the first op of the forward whose output is not finite.
+
+mod poison;
 
 use std::path::Path;
 
+use kdtree_engine::registry::KvStore;
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
-use kdtree_engine::{EngineError, Model};
+use kdtree_engine::{EngineError, Model, greedy_generate};
 use kdtree_quant::{SafetensorsFile, Tensor, write_file};
+use poison::{int4_all_experts, non_finite, poison};
 
 const SHARD2: &str = "model-00002-of-00002.safetensors";
 
@@ -143,4 +148,88 @@ fn a_checkpoint_with_more_layers_than_the_config_is_refused() {
     edit_config(dir.path(), |c| c["num_hidden_layers"] = 2.into());
     let e = load_err(dir.path());
     assert!(e.to_string().contains("num_hidden_layers"), "{e}");
+}
+
+#[test]
+fn a_nan_in_an_embedding_row_is_an_error_naming_the_embedding() {
+    let dir = tiny(&TinySpec::default());
+    // Row 2 (a prompt token), column 5; the hidden size is 64.
+    poison(dir.path(), "model.embed_tokens.weight", 2 * 64 + 5, f32::NAN);
+    let model = Model::load(dir.path()).unwrap();
+    let e = greedy_generate(&model, &[1, 2, 3], 4, None).unwrap_err();
+    assert_eq!(non_finite(&e), ("embedding".into(), 1, 3 * 64));
+    assert!(e.to_string().starts_with("embedding: 1 of 192 values are not finite"), "{e}");
+    // The logits' forward checks too, and leaves the cache as it was; tokens that never read the row
+    // are unaffected.
+    let mut cache = model.new_cache();
+    model.forward(&mut cache, &[1, 3], &[0, 1], None).unwrap();
+    let e = model.forward(&mut cache, &[2], &[2], None).unwrap_err();
+    assert_eq!(non_finite(&e), ("embedding".into(), 1, 64));
+    assert_eq!(cache.len(), 2);
+    assert_eq!(model.forward(&mut cache, &[4], &[2], None).unwrap().len(), 256);
+}
+
+#[test]
+fn an_infinite_int4_scale_is_an_error_naming_the_moe_layer() {
+    let dir = tiny(&int4_all_experts());
+    let clean = greedy_generate(&Model::load(dir.path()).unwrap(), &[1, 2, 3], 4, None).unwrap();
+    // Output row 0 of expert 3's down_proj ([64, 32], one group of 32 per row): column 0 of every
+    // token's routed sum in layer 1, the first MoE layer.
+    poison(dir.path(), "model.layers.1.mlp.experts.3.down_proj.weight_scale", 0, f32::INFINITY);
+    let model = Model::load(dir.path()).unwrap();
+    let e = greedy_generate(&model, &[1, 2, 3], 4, None).unwrap_err();
+    assert_eq!(non_finite(&e), ("layer 1 moe".into(), 3, 3 * 64));
+    assert!(e.to_string().starts_with("layer 1 moe: 3 of 192 values are not finite"), "{e}");
+    assert_eq!(clean.len(), 4);
+}
+
+#[test]
+fn the_first_op_that_is_not_finite_is_named_wherever_it_is() {
+    // (tensor, value index, the op named, its non-finite values for the 3-token prompt, of how many)
+    let cases = [
+        ("model.layers.0.post_attention_layernorm.weight", 7, "layer 0 post_attention_layernorm", 3, 3 * 64),
+        ("model.layers.0.mlp.down_proj.weight", 64 * 5, "layer 0 mlp.down_proj", 3, 3 * 64),
+        ("model.layers.2.self_attn.kv_a_layernorm.weight", 0, "layer 2 self_attn.kv_a_layernorm", 3, 3 * 32),
+        ("model.layers.1.self_attn.q_a_proj.weight", 0, "layer 1 self_attn.q_a_proj", 3, 3 * 32),
+        ("model.norm.weight", 63, "norm", 3, 3 * 64),
+        ("lm_head.weight", 9 * 64, "lm_head", 3, 3 * 256),
+    ];
+    for (tensor, index, op, count, total) in cases {
+        let dir = tiny(&TinySpec::default());
+        poison(dir.path(), tensor, index, f32::NAN);
+        let model = Model::load(dir.path()).unwrap();
+        let e = greedy_generate(&model, &[1, 2, 3], 2, None).unwrap_err();
+        assert_eq!(non_finite(&e), (op.to_owned(), count, total), "{tensor}: {e}");
+    }
+}
+
+#[test]
+fn generate_stops_on_non_finite_logits_with_an_error_naming_the_op() {
+    let run = |dir: &Path, extra: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+            .args(["generate", "--backend", "cpu", "--model", dir.to_str().unwrap(), "--prompt-ids", "1,2,3"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            output.status,
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let nan_row = tiny(&TinySpec::default());
+    poison(nan_row.path(), "model.embed_tokens.weight", 2 * 64, f32::NAN);
+    let inf_scale = tiny(&int4_all_experts());
+    poison(inf_scale.path(), "model.layers.1.mlp.experts.3.down_proj.weight_scale", 0, f32::INFINITY);
+    for (dir, says) in [(&nan_row, "embedding: 1 of 192"), (&inf_scale, "layer 1 moe: 3 of 192")] {
+        for extra in [&[][..], &["--spec", "ddtree"]] {
+            let (status, stdout, stderr) = run(dir.path(), extra);
+            assert_eq!(status.code(), Some(1), "{extra:?}: {stdout}{stderr}");
+            assert!(stderr.contains(says) && stderr.contains("not finite"), "{extra:?}: {stderr}");
+            assert!(!stdout.contains("tokens:") && !stderr.contains("panicked"), "{extra:?}: {stdout}{stderr}");
+        }
+    }
+    // The same models before the edit generate as ever.
+    let (status, stdout, stderr) = run(tiny(&int4_all_experts()).path(), &["--spec", "ddtree"]);
+    assert!(status.success() && stdout.contains("identical to greedy: yes"), "{stdout}{stderr}");
 }

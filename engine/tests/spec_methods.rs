@@ -107,7 +107,7 @@ fn the_sweep_runs_every_method_at_every_p_and_checks_each_against_greedy() {
     assert_eq!((rows[0].method.as_str(), rows[0].p), ("greedy", None));
     assert!(rows.iter().all(|r| r.identical), "{}", sweep::table(&rows));
     assert!(rows[1..].iter().all(|r| r.forwards_per_token <= 1.0 + 1e-9 && r.tau >= 1.0));
-    assert!(sweep::table(&rows).lines().count() == rows.len() + 1);
+    assert_eq!(sweep::table(&rows).lines().count(), rows.len() + 2, "header, rule, a line per row");
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("spec.svg");
     kdtree_engine::spec::plot::write_svg(&svg, &rows).unwrap();

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use comfy_table::{CellAlignment, Table, presets};
 use half::bf16;
 use kdtree_quant::{Dtype, QuantizedWeight, reference};
 
@@ -16,7 +17,9 @@ fn main() {
     let w: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
     let w = QuantizedWeight::quantize(&w, n, k, 32, Dtype::Bf16).expect("valid shape");
     println!("CPU reference W4A16 GEMM, N x K = {n} x {k}, group 32, bf16, {} threads", rayon::current_num_threads());
-    println!("{:>5} {:>12} {:>10}", "M", "median ms", "GFLOP/s");
+    let mut table = Table::new();
+    table.load_preset(presets::ASCII_MARKDOWN).set_header(["M", "median ms", "GFLOP/s"]);
+    table.column_iter_mut().for_each(|c| c.set_cell_alignment(CellAlignment::Right));
     for m in ms {
         let x: Vec<bf16> = (0..m * k).map(|i| bf16::from_f32(((i * 31 % 97) as f32 - 48.0) / 48.0)).collect();
         let reps = if m >= 64 { 3 } else { 7 };
@@ -29,6 +32,8 @@ fn main() {
             .collect();
         times.sort_by(f64::total_cmp);
         let t = times[reps / 2];
-        println!("{m:>5} {:>12.2} {:>10.2}", t * 1e3, 2.0 * (m * n * k) as f64 / t / 1e9);
+        let gflops = 2.0 * (m * n * k) as f64 / t / 1e9;
+        table.add_row([m.to_string(), format!("{:.2}", t * 1e3), format!("{gflops:.2}")]);
     }
+    println!("{table}");
 }

@@ -1,6 +1,6 @@
 //! Reading and writing quantized weights as compressed-tensors `pack-quantized` tensors in
 //! safetensors files: `<name>.weight_packed` (int32 [N, K/8]), `<name>.weight_scale`
-//! (f16 or bf16 [N, K/G]) and `<name>.weight_shape` (int64 [2] = [N, K]; compressed-tensors
+//! (f16 or bf16 [N, K/G]) and `<name>.weight_shape` (int64 `[2]` = `[N, K]`; compressed-tensors
 //! writes `torch.tensor(weight.shape)`, which is int64).
 
 use std::collections::HashMap;

@@ -252,9 +252,13 @@ pub unsafe fn moe_align(
     bm: u32,
     max_tiles: u32,
 );
+/// Adds to `count[0]` how many of the `n` values of `x` are NaN or infinite; a grid of at most 1024
+/// blocks, each thread a grid-stride share of at least 16 values.
+#[kernel(file = "cuda/finite.cu", grid = n.div_ceil(4096).clamp(1, 1024), block = 256)]
+pub unsafe fn count_nonfinite(x: &CudaSlice<f32>, count: &mut CudaSlice<u32>, n: u32);
 
 /// This crate's kernels; naming them also links their registrations into the program.
-pub fn all() -> [&'static KernelDef; 25] {
+pub fn all() -> [&'static KernelDef; 26] {
     [
         &rmsnorm::KERNEL,
         &silu_mul::KERNEL,
@@ -281,5 +285,6 @@ pub fn all() -> [&'static KernelDef; 25] {
         &route_noaux_tc::KERNEL,
         &moe_combine::KERNEL,
         &moe_align::KERNEL,
+        &count_nonfinite::KERNEL,
     ]
 }

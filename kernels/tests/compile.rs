@@ -36,6 +36,7 @@ fn every_kernel_is_registered_and_compiles_for_sm90_and_sm120() {
             "route_noaux_tc",
             "moe_combine",
             "moe_align",
+            "count_nonfinite",
         ]
     );
     let all = registered();

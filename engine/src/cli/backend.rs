@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, Plan, Source};
 use kdtree_engine::registry::{BackendKind, Selection, select};
+use kdtree_engine::table::table;
 use kdtree_jit::Variant;
 use kdtree_jit::tune::db::TuningDb;
 
@@ -66,7 +67,7 @@ pub fn variant_table(cuda: &CudaBackend) -> (String, serde_json::Value) {
     if plans.is_empty() {
         return (String::new(), serde_json::Value::Array(Vec::new()));
     }
-    let mut text = format!("{:<22} {:>8} {:<64} source\n", "W4A16 shape", "M", "variant");
+    let mut t = table(&["W4A16 shape", "M", "variant", "source"], &[1]);
     let mut rows = Vec::new();
     for (shape, plan) in plans {
         for (m, choice) in rows_of(&plan) {
@@ -75,13 +76,13 @@ pub fn variant_table(cuda: &CudaBackend) -> (String, serde_json::Value) {
                 Source::Tuned { bucket, nearest: true } => format!("tuned at M bucket {bucket} (nearest)"),
                 Source::Default { reason } => format!("default: {reason}"),
             };
-            text += &format!("{:<22} {:>8} {:<64} {source}\n", shape.to_string(), m, choice.variant.name());
+            t.add_row(vec![shape.to_string(), m.clone(), choice.variant.name(), source]);
             rows.push(serde_json::json!({
                 "shape": shape, "m": m, "variant": choice.variant.name(), "source": choice.source,
             }));
         }
     }
-    (text, serde_json::Value::Array(rows))
+    (format!("{t}\n"), serde_json::Value::Array(rows))
 }
 
 /// The (M range, choice) rows of a plan: per bucket in fast mode, then the variant for all other M.

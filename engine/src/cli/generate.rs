@@ -8,6 +8,7 @@ use kdtree_engine::bench::peak_rss;
 use kdtree_engine::cpu::CpuBackend;
 use kdtree_engine::registry::Backend;
 use kdtree_engine::spec::SpecArgs;
+use kdtree_engine::table::table;
 use kdtree_engine::{Config, EngineError, Model, greedy_generate_timed};
 
 use super::backend::{BackendArgs, variant_table};
@@ -124,9 +125,13 @@ fn run_on<B: Backend>(
     } else {
         let ids: Vec<String> = g.tokens.iter().map(u32::to_string).collect();
         println!("tokens: {}", ids.join(","));
-        println!("{:<8} {:>7} {:>11} {:>10}", "phase", "tokens", "seconds", "tokens/s");
-        println!("{:<8} {:>7} {:>11.6} {:>10.1}", "prefill", args.prompt_ids.len(), prefill_s, prefill_tps);
-        println!("{:<8} {:>7} {:>11.6} {:>10.1}", "decode", decoded, decode_s, decode_tps);
+        let mut t = table(&["phase", "tokens", "seconds", "tokens/s"], &[1, 2, 3]);
+        for (phase, tokens, seconds, tps) in
+            [("prefill", args.prompt_ids.len(), prefill_s, prefill_tps), ("decode", decoded, decode_s, decode_tps)]
+        {
+            t.add_row(vec![phase.to_owned(), tokens.to_string(), format!("{seconds:.6}"), format!("{tps:.1}")]);
+        }
+        println!("{t}");
     }
     Ok(())
 }

@@ -4,6 +4,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use kdtree_engine::table::table;
 use kdtree_engine::tiny::{Sharding, Summary, TinySpec, write_model};
 
 /// Write a random checkpoint with Kimi K2's real per-layer dimensions, for benchmarks.
@@ -103,14 +104,19 @@ fn print(args: &MakeModelArgs, s: &Summary, seconds: Option<f64>) -> anyhow::Res
         args.experts,
         args.seed
     );
-    println!("{:<36} {:>8} {:>16}", "file", "tensors", "bytes");
+    let mut t = table(&["file", "tensors", "bytes", "size"], &[1, 2, 3]);
     for shard in &s.shards {
-        println!("{:<36} {:>8} {:>16}", shard.name, shard.tensors, shard.bytes);
+        t.add_row(vec![shard.name.clone(), shard.tensors.to_string(), shard.bytes.to_string(), String::new()]);
     }
-    println!("{:<36} {:>8} {:>16}   ({})", "total", "", s.total_bytes(), gb(s.total_bytes()));
-    println!("{:<36} {:>8} {:>16}   ({})", "  INT4 experts (packed + scales)", "", s.int4_bytes, gb(s.int4_bytes));
-    println!("{:<36} {:>8} {:>16}   ({})", "  bf16", "", s.bf16_bytes, gb(s.bf16_bytes));
-    println!("{:<36} {:>8} {:>16}", "  f32 router biases", "", s.f32_bytes);
+    for (what, bytes) in [
+        ("total", s.total_bytes()),
+        ("of which INT4 experts (packed + scales)", s.int4_bytes),
+        ("of which bf16", s.bf16_bytes),
+        ("of which f32 router biases", s.f32_bytes),
+    ] {
+        t.add_row(vec![what.to_owned(), String::new(), bytes.to_string(), gb(bytes)]);
+    }
+    println!("{t}");
     if let (Some(t), Some(r)) = (seconds, rate) {
         println!("in {t:.1} s, {}/s, plus config.json and model.safetensors.index.json", gb(r as u64));
     }

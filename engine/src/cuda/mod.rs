@@ -393,6 +393,10 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn argmax_checked(&self, x: &CudaTensor) -> Result<(Vec<u32>, usize)> {
+        self.timed(rest, || ops::argmax_checked(&self.kernels, &x.data, x.cols, self.output(x.rows)?, self.output(1)?))
+    }
+
     fn to_host(&self, x: &CudaTensor) -> Result<Vec<f32>> {
         Ok(self.stream().clone_dtoh(&x.data)?)
     }

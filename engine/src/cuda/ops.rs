@@ -150,3 +150,20 @@ pub fn embedding(
     bf16_only("embedding", dtype)?;
     Ok(kk::embedding_bf16(k, table, dim, ids, out)?)
 }
+
+/// Row-wise argmax of `x` (rows of `cols`) into `ids`, and how many values of `x` are NaN or infinite
+/// into `count` (one value): both kernels are enqueued before anything is read, so the two copies
+/// back wait for the GPU once.
+pub fn argmax_checked(
+    k: &Kernels,
+    x: &CudaSlice<f32>,
+    cols: usize,
+    mut ids: CudaSlice<u32>,
+    mut count: CudaSlice<u32>,
+) -> Result<(Vec<u32>, usize)> {
+    kk::argmax(k, x, cols, &mut ids)?;
+    kk::count_nonfinite(k, x, &mut count)?;
+    let ids = k.stream().clone_dtoh(&ids)?;
+    let count = k.stream().clone_dtoh(&count)?;
+    Ok((ids, count[0] as usize))
+}

@@ -6,6 +6,7 @@
 use super::WeightBytes;
 use super::checkpoint::Checkpoint;
 use super::config::Config;
+use super::probe::Probe;
 use crate::error::Result;
 use crate::registry::{Backend, Rope, RopeLayout, RopeSpan};
 
@@ -54,7 +55,7 @@ impl<B: Backend> Attention<B> {
     }
 
     /// Attends the batch's normalised hidden rows `x` to the cache of layer `layer` plus themselves,
-    /// appending their keys and values to it. Returns `[n, hidden]`.
+    /// appending their keys and values to it. Returns `[n, hidden]`. `probe` checks each op's output.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -65,25 +66,32 @@ impl<B: Backend> Attention<B> {
         layer: usize,
         cache: &mut B::Cache,
         batch: &B::Batch,
+        probe: &Probe<'_, B>,
     ) -> Result<B::Tensor> {
         let (nope, r) = (c.qk_nope_head_dim, c.qk_rope_head_dim);
         let layout = if c.rope_interleave { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
+        let checked = |op: &str, x: B::Tensor| probe.check(&x, format_args!("self_attn.{op}")).map(|()| x);
         let mut q = match &self.q {
-            QueryProj::Direct(w) => b.linear(x, w)?,
+            QueryProj::Direct(w) => checked("q_proj", b.linear(x, w)?)?,
             QueryProj::LowRank { a, norm, b: wb } => {
-                b.linear(&b.rmsnorm(&b.linear(x, a)?, norm, c.rms_norm_eps)?, wb)?
+                let qa = checked("q_a_proj", b.linear(x, a)?)?;
+                let qa = checked("q_a_layernorm", b.rmsnorm(&qa, norm, c.rms_norm_eps)?)?;
+                checked("q_b_proj", b.linear(&qa, wb)?)?
             }
         };
         // Each head's query is [nope | rope]: rotate the rope part in place.
         b.rope(&mut q, RopeSpan { stride: nope + r, offset: nope, dim: r, layout }, &rope.cos, &rope.sin, batch)?;
+        probe.check(&q, "self_attn.q after rope")?;
         // kv_a is [latent | k_rope]: the latent is normalised and decompressed, the rope part rotated.
-        let kv_a = b.linear(x, &self.kv_a)?;
+        let kv_a = checked("kv_a_proj_with_mqa", b.linear(x, &self.kv_a)?)?;
         let latent = b.rmsnorm(&b.columns(&kv_a, 0, c.kv_lora_rank)?, &self.kv_a_norm, c.rms_norm_eps)?;
+        let latent = checked("kv_a_layernorm", latent)?;
         let mut k_rope = b.columns(&kv_a, c.kv_lora_rank, r)?;
         b.rope(&mut k_rope, RopeSpan { stride: r, offset: 0, dim: r, layout }, &rope.cos, &rope.sin, batch)?;
-        let kv = b.linear(&latent, &self.kv_b)?;
+        probe.check(&k_rope, "self_attn.k_rope after rope")?;
+        let kv = checked("kv_b_proj", b.linear(&latent, &self.kv_b)?)?;
         b.kv_append(cache, layer, &kv, &k_rope)?;
-        let out = b.attention(&q, cache, layer, batch)?;
-        b.linear(&out, &self.o)
+        let out = checked("attention", b.attention(&q, cache, layer, batch)?)?;
+        checked("o_proj", b.linear(&out, &self.o)?)
     }
 }

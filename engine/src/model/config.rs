@@ -1,13 +1,17 @@
 //! config.json of a DeepSeek-V3-architecture checkpoint (DeepSeek-V3, Kimi K2, Kimi K2.5's text
 //! model), under its own key names. Defaults are those of transformers' `DeepseekV3Config`. What
 //! each value may be is in [`limits`].
+//!
+//! The file is read with serde into `raw`'s structs, key for key, and an error names the file and the
+//! path of the key (`rope_scaling.factor`, `text_config.hidden_size`); defaults and limits then apply.
 
 mod limits;
+mod raw;
 
 use std::io::Read;
 use std::path::Path;
 
-use super::json::{Obj, err};
+use super::json::{err, read, under};
 use super::quant_config::QuantConfig;
 use crate::error::{EngineError, Result};
 
@@ -76,54 +80,69 @@ impl Config {
         Self::parse(&file, &value)
     }
 
-    /// Parses a config; `file` names it in errors. Kimi K2.5 nests the text model under `text_config`.
+    /// Parses a config; `file` names it in errors. Kimi K2.5 nests the text model under `text_config`
+    /// (keys in errors then start with `text_config.`), its `quantization_config` there or at the root.
     pub fn parse(file: &str, value: &serde_json::Value) -> Result<Self> {
-        let root = Obj::new(file, value, "<root>")?;
-        let c = root.obj("text_config")?.unwrap_or(Obj { file, map: root.map });
-        let model_type = c.str_or("model_type", "")?;
-        if !["deepseek_v3", "kimi_k2"].contains(&model_type) {
-            return Err(EngineError::UnknownModelType { file: file.into(), model_type: model_type.into() });
+        if !value.is_object() {
+            return Err(err(file, "<root>", "is not a JSON object"));
         }
-        let scoring = c.str_or("scoring_func", "sigmoid")?;
-        let topk_method = c.str_or("topk_method", "noaux_tc")?;
+        let nested = value.get("text_config").filter(|t| !t.is_null());
+        let section = if nested.is_some() { "text_config" } else { "" };
+        let mut config = Self::parse_text(file, nested.unwrap_or(value)).map_err(|e| under(section, e))?;
+        let root_quant = value.get("quantization_config").filter(|q| !q.is_null());
+        if let (Some(q), None, Some(_)) = (root_quant, &config.quantization, nested) {
+            config.quantization = Some(QuantConfig::parse(file, q)?);
+        }
+        Ok(config)
+    }
+
+    /// The text model's config object `c`; errors name keys relative to it.
+    fn parse_text(file: &str, c: &serde_json::Value) -> Result<Self> {
+        let kind: raw::Kind = read(file, "", c)?;
+        let model_type = kind.model_type.unwrap_or_default();
+        if !["deepseek_v3", "kimi_k2"].contains(&model_type.as_str()) {
+            return Err(EngineError::UnknownModelType { file: file.into(), model_type });
+        }
+        let scoring = kind.scoring_func.as_deref().unwrap_or("sigmoid");
+        let topk_method = kind.topk_method.as_deref().unwrap_or("noaux_tc");
         if scoring != "sigmoid" || topk_method != "noaux_tc" {
             let reason = format!("{scoring} scoring with {topk_method} is not supported (sigmoid with noaux_tc is)");
             return Err(err(file, "scoring_func/topk_method", reason));
         }
-        let quantization = match c.obj("quantization_config")?.or(root.obj("quantization_config")?) {
-            Some(q) => Some(QuantConfig::parse(&q)?),
-            None => None,
-        };
-        let (rope_theta, rope_scaling) = rope(&c)?;
+        let r: raw::Config = read(file, "", c)?;
+        let quantization = r.quantization_config.as_ref().map(|q| QuantConfig::parse(file, q)).transpose()?;
+        let (rope_theta, rope_scaling) = rope(file, &r)?;
+        let required = |value: Option<usize>, key: &str| value.ok_or_else(|| err(file, key, "is required"));
         let config = Self {
-            model_type: model_type.into(),
-            vocab_size: c.usize("vocab_size")?,
-            hidden_size: c.usize("hidden_size")?,
-            intermediate_size: c.usize("intermediate_size")?,
-            moe_intermediate_size: c.usize_or("moe_intermediate_size", 2048)?,
-            num_hidden_layers: c.usize("num_hidden_layers")?,
-            num_nextn_predict_layers: c.usize_or("num_nextn_predict_layers", 0)?,
-            num_attention_heads: c.usize("num_attention_heads")?,
-            q_lora_rank: if c.map.contains_key("q_lora_rank") { c.opt_usize("q_lora_rank")? } else { Some(1536) },
-            kv_lora_rank: c.usize_or("kv_lora_rank", 512)?,
-            qk_nope_head_dim: c.usize_or("qk_nope_head_dim", 128)?,
-            qk_rope_head_dim: c.usize_or("qk_rope_head_dim", 64)?,
-            v_head_dim: c.usize_or("v_head_dim", 128)?,
-            first_k_dense_replace: c.usize_or("first_k_dense_replace", 3)?,
-            moe_layer_freq: c.usize_or("moe_layer_freq", 1)?.max(1),
-            n_routed_experts: c.usize_or("n_routed_experts", 0)?,
-            num_experts_per_tok: c.usize_or("num_experts_per_tok", 8)?,
-            n_shared_experts: c.usize_or("n_shared_experts", 1)?,
-            n_group: c.usize_or("n_group", 1)?,
-            topk_group: c.usize_or("topk_group", 1)?,
-            routed_scaling_factor: c.f64_or("routed_scaling_factor", 1.0)? as f32,
-            norm_topk_prob: c.bool_or("norm_topk_prob", true)?,
+            model_type,
+            vocab_size: required(r.vocab_size, "vocab_size")?,
+            hidden_size: required(r.hidden_size, "hidden_size")?,
+            intermediate_size: required(r.intermediate_size, "intermediate_size")?,
+            moe_intermediate_size: r.moe_intermediate_size.unwrap_or(2048),
+            num_hidden_layers: required(r.num_hidden_layers, "num_hidden_layers")?,
+            num_nextn_predict_layers: r.num_nextn_predict_layers.unwrap_or(0),
+            num_attention_heads: required(r.num_attention_heads, "num_attention_heads")?,
+            // Absent: DeepSeek-V3's 1536; `null`: no low-rank pair, one q_proj.
+            q_lora_rank: r.q_lora_rank.unwrap_or(Some(1536)),
+            kv_lora_rank: r.kv_lora_rank.unwrap_or(512),
+            qk_nope_head_dim: r.qk_nope_head_dim.unwrap_or(128),
+            qk_rope_head_dim: r.qk_rope_head_dim.unwrap_or(64),
+            v_head_dim: r.v_head_dim.unwrap_or(128),
+            first_k_dense_replace: r.first_k_dense_replace.unwrap_or(3),
+            moe_layer_freq: r.moe_layer_freq.unwrap_or(1).max(1),
+            n_routed_experts: r.n_routed_experts.unwrap_or(0),
+            num_experts_per_tok: r.num_experts_per_tok.unwrap_or(8),
+            n_shared_experts: r.n_shared_experts.unwrap_or(1),
+            n_group: r.n_group.unwrap_or(1),
+            topk_group: r.topk_group.unwrap_or(1),
+            routed_scaling_factor: r.routed_scaling_factor.unwrap_or(1.0) as f32,
+            norm_topk_prob: r.norm_topk_prob.unwrap_or(true),
             rope_theta,
             rope_scaling,
-            rope_interleave: c.bool_or("rope_interleave", true)?,
-            rms_norm_eps: c.f64_or("rms_norm_eps", 1e-6)? as f32,
-            max_position_embeddings: c.usize_or("max_position_embeddings", 4096)?,
-            tie_word_embeddings: c.bool_or("tie_word_embeddings", false)?,
+            rope_interleave: r.rope_interleave.unwrap_or(true),
+            rms_norm_eps: r.rms_norm_eps.unwrap_or(1e-6) as f32,
+            max_position_embeddings: r.max_position_embeddings.unwrap_or(4096),
+            tie_word_embeddings: r.tie_word_embeddings.unwrap_or(false),
             quantization,
         };
         config.check(file)?;
@@ -137,7 +156,7 @@ impl Config {
 
     /// Whether layer `i` has the MoE feed-forward (otherwise the dense MLP).
     pub fn is_moe_layer(&self, i: usize) -> bool {
-        self.n_routed_experts > 0 && i >= self.first_k_dense_replace && i % self.moe_layer_freq == 0
+        self.n_routed_experts > 0 && i >= self.first_k_dense_replace && i.is_multiple_of(self.moe_layer_freq)
     }
 
     /// The group size of the linear module `module` if the quantization config makes it INT4.
@@ -148,38 +167,38 @@ impl Config {
 
 /// `rope_theta` and the scaling, from `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling`,
 /// checked ([`limits::check_rope`]) under the key they were read from.
-fn rope(c: &Obj<'_>) -> Result<(f64, Option<Yarn>)> {
-    let params = c.obj("rope_parameters")?;
+fn rope(file: &str, c: &raw::Config) -> Result<(f64, Option<Yarn>)> {
+    let params = c.rope_parameters.as_ref();
     let section = if params.is_some() { "rope_parameters" } else { "rope_scaling" };
-    let (theta_key, theta) = match params.as_ref().map(|p| p.opt_f64("rope_theta")).transpose()?.flatten() {
+    let (theta_key, theta) = match params.and_then(|p| p.rope_theta) {
         Some(theta) => ("rope_parameters.rope_theta", theta),
-        None => ("rope_theta", c.f64_or("rope_theta", 10000.0)?),
+        None => ("rope_theta", c.rope_theta.unwrap_or(10000.0)),
     };
-    let yarn = match params.or(c.obj("rope_scaling")?) {
-        Some(s) => yarn(c.file, section, &s)?,
+    let yarn = match params.or(c.rope_scaling.as_ref()) {
+        Some(s) => yarn(file, section, s)?,
         None => None,
     };
-    limits::check_rope(c.file, theta_key, theta, section, yarn.as_ref())?;
+    limits::check_rope(file, theta_key, theta, section, yarn.as_ref())?;
     Ok((theta, yarn))
 }
 
 /// The YaRN parameters of the scaling section `s` (named `section`); `None` for `default` scaling.
-fn yarn(file: &str, section: &str, s: &Obj<'_>) -> Result<Option<Yarn>> {
-    let kind = match s.opt_str("rope_type")? {
-        Some(kind) => kind,
-        None => s.str_or("type", "default")?,
+fn yarn(file: &str, section: &str, s: &raw::Rope) -> Result<Option<Yarn>> {
+    let (kind_key, kind) = match (&s.rope_type, &s.kind) {
+        (Some(kind), _) => ("rope_type", kind.as_str()),
+        (None, kind) => ("type", kind.as_deref().unwrap_or("default")),
     };
     match kind {
         "default" => Ok(None),
         "yarn" => Ok(Some(Yarn {
-            factor: s.opt_f64("factor")?.ok_or_else(|| err(file, &format!("{section}.factor"), "is required"))?,
-            original_max_position_embeddings: s.usize_or("original_max_position_embeddings", 4096)?,
-            beta_fast: s.f64_or("beta_fast", 32.0)?,
-            beta_slow: s.f64_or("beta_slow", 1.0)?,
-            mscale: s.f64_or("mscale", 1.0)?,
-            mscale_all_dim: s.f64_or("mscale_all_dim", 0.0)?,
+            factor: s.factor.ok_or_else(|| err(file, &format!("{section}.factor"), "is required"))?,
+            original_max_position_embeddings: s.original_max_position_embeddings.unwrap_or(4096),
+            beta_fast: s.beta_fast.unwrap_or(32.0),
+            beta_slow: s.beta_slow.unwrap_or(1.0),
+            mscale: s.mscale.unwrap_or(1.0),
+            mscale_all_dim: s.mscale_all_dim.unwrap_or(0.0),
         })),
-        other => Err(err(file, &format!("{section}.type"), format!("`{other}` is not supported (yarn is)"))),
+        other => Err(err(file, &format!("{section}.{kind_key}"), format!("`{other}` is not supported (yarn is)"))),
     }
 }
 
@@ -211,6 +230,51 @@ mod tests {
         text["rope_parameters"] = json!({"rope_type": "yarn", "rope_theta": 50000.0, "factor": 4.0});
         let c = Config::parse("config.json", &json!({"model_type": "kimi_k25", "text_config": text})).unwrap();
         assert_eq!((c.rope_theta, c.rope_scaling.map(|y| y.factor)), (50000.0, Some(4.0)));
+    }
+
+    /// The message of the error `v` gives.
+    fn message(v: &serde_json::Value) -> String {
+        Config::parse("config.json", v).map(|_| panic!("accepted {v}")).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn wrong_types_and_missing_keys_name_the_key_path() {
+        let with = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = base();
+            edit(&mut v);
+            v
+        };
+        let m = message(&with(&|v| v["hidden_size"] = json!(64.5)));
+        assert!(m.starts_with("config.json: `hidden_size`: invalid type: floating point `64.5`"), "{m}");
+        let m = message(&with(&|v| v["rope_scaling"]["factor"] = json!("big")));
+        assert!(m.contains("`rope_scaling.factor`: invalid type: string"), "{m}");
+        let m = message(&with(&|v| v["rope_scaling"]["type"] = json!("linear")));
+        assert!(m.contains("`rope_scaling.type`: `linear` is not supported"), "{m}");
+        let m = message(&with(&|v| drop(v.as_object_mut().unwrap().remove("vocab_size"))));
+        assert!(m.contains("`vocab_size`: is required"), "{m}");
+        let m = message(&json!({"model_type": "kimi_k25", "text_config": with(&|v| v["norm_topk_prob"] = json!(1))}));
+        assert!(m.contains("`text_config.norm_topk_prob`: invalid type: integer `1`, expected a boolean"), "{m}");
+        let m = message(&json!({"model_type": "kimi_k25", "text_config": with(&|v| v["rms_norm_eps"] = json!(0))}));
+        assert!(m.contains("`text_config.rms_norm_eps`: is 0"), "{m}");
+        let m = message(&json!([1, 2]));
+        assert!(m.contains("`<root>`: is not a JSON object"), "{m}");
+    }
+
+    #[test]
+    fn a_quantization_config_at_the_root_serves_a_nested_text_config() {
+        let q = json!({"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head", 7],
+                       "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "group_size": 32}}}});
+        let m = message(&json!({"model_type": "kimi_k25", "text_config": base(), "quantization_config": q}));
+        assert!(m.contains("`quantization_config.ignore[1]`: invalid type: integer `7`"), "{m}");
+        let mut text = base();
+        text["quantization_config"] = q.clone();
+        let m = message(&json!({"model_type": "kimi_k25", "text_config": text}));
+        assert!(m.contains("`text_config.quantization_config.ignore[1]`"), "{m}");
+        let mut q = q;
+        q["ignore"] = json!(["lm_head"]);
+        let c = Config::parse("config.json", &json!({"text_config": base(), "quantization_config": q})).unwrap();
+        assert_eq!(c.quant_group("model.layers.1.mlp.experts.0.up_proj"), Some(32));
+        assert_eq!(c.quant_group("lm_head"), None);
     }
 
     #[test]

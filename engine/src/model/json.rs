@@ -1,81 +1,102 @@
-//! Typed reads of config.json values, each error naming the file and the key.
+//! config.json values into the typed structs of [`super::config`] and [`super::quant_config`]
+//! (serde derive), every error naming the file and the path of the key it is about
+//! (`serde_path_to_error`): `rope_scaling.factor`, `quantization_config.ignore[2]`.
+//!
+//! The structs take every key as an `Option`, so that JSON `null` reads as absent (transformers writes
+//! `null` for unset values) and defaults, required keys and limits stay with the code that knows them.
 
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::error::{EngineError, Result};
 
-/// One JSON object of a config file.
-pub(crate) struct Obj<'a> {
-    pub file: &'a str,
-    pub map: &'a Map<String, Value>,
+/// `value` as a `T`; `section` is where `value` sits in the file ("" for the root), prefixed to the
+/// key path of an error.
+pub(crate) fn read<T: DeserializeOwned>(file: &str, section: &str, value: &Value) -> Result<T> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let key = match (section, path.as_str()) {
+            ("", ".") => "<root>".to_owned(),
+            (s, ".") => s.to_owned(),
+            ("", p) => p.to_owned(),
+            (s, p) => format!("{s}.{p}"),
+        };
+        err(file, &key, e.into_inner().to_string())
+    })
 }
 
-impl<'a> Obj<'a> {
-    pub fn new(file: &'a str, value: &'a Value, what: &str) -> Result<Self> {
-        match value.as_object() {
-            Some(map) => Ok(Self { file, map }),
-            None => Err(err(file, what, "is not a JSON object")),
-        }
-    }
-
-    /// The value under `key`, `None` when absent or null.
-    pub fn get(&self, key: &str) -> Option<&'a Value> {
-        self.map.get(key).filter(|v| !v.is_null())
-    }
-
-    pub fn obj(&self, key: &str) -> Result<Option<Obj<'a>>> {
-        self.get(key).map(|v| Obj::new(self.file, v, key)).transpose()
-    }
-
-    pub fn usize(&self, key: &str) -> Result<usize> {
-        self.opt_usize(key)?.ok_or_else(|| err(self.file, key, "is required"))
-    }
-
-    pub fn opt_usize(&self, key: &str) -> Result<Option<usize>> {
-        self.get(key)
-            .map(|v| v.as_u64().map(|n| n as usize).ok_or_else(|| err(self.file, key, "is not a non-negative integer")))
-            .transpose()
-    }
-
-    pub fn usize_or(&self, key: &str, default: usize) -> Result<usize> {
-        Ok(self.opt_usize(key)?.unwrap_or(default))
-    }
-
-    pub fn opt_f64(&self, key: &str) -> Result<Option<f64>> {
-        self.get(key).map(|v| v.as_f64().ok_or_else(|| err(self.file, key, "is not a number"))).transpose()
-    }
-
-    pub fn f64_or(&self, key: &str, default: f64) -> Result<f64> {
-        Ok(self.opt_f64(key)?.unwrap_or(default))
-    }
-
-    pub fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
-        self.get(key)
-            .map(|v| v.as_bool().ok_or_else(|| err(self.file, key, "is not a boolean")))
-            .transpose()
-            .map(|b| b.unwrap_or(default))
-    }
-
-    pub fn opt_str(&self, key: &str) -> Result<Option<&'a str>> {
-        self.get(key).map(|v| v.as_str().ok_or_else(|| err(self.file, key, "is not a string"))).transpose()
-    }
-
-    pub fn str_or(&self, key: &str, default: &'a str) -> Result<&'a str> {
-        Ok(self.opt_str(key)?.unwrap_or(default))
-    }
-
-    pub fn strings(&self, key: &str) -> Result<Vec<String>> {
-        match self.get(key) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| err(self.file, key, "holds a non-string")))
-                .collect(),
-            Some(_) => Err(err(self.file, key, "is not a list of strings")),
-        }
-    }
+/// A key whose presence means something even when its value is `null`: absent gives `None`, `null`
+/// `Some(None)` (with `#[serde(default, deserialize_with = "present")]`).
+pub(crate) fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> std::result::Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
+/// The error of key `key` of `file`.
 pub(crate) fn err(file: &str, key: &str, reason: impl Into<String>) -> EngineError {
     EngineError::Config { file: file.into(), key: key.into(), reason: reason.into() }
+}
+
+/// `e` with `section.` put before its key, when it is a [`EngineError::Config`].
+pub(crate) fn under(section: &str, e: EngineError) -> EngineError {
+    match e {
+        EngineError::Config { file, key, reason } if !section.is_empty() => {
+            let key = if key == "<root>" { section.to_owned() } else { format!("{section}.{key}") };
+            EngineError::Config { file, key, reason }
+        }
+        e => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Inner {
+        #[allow(dead_code)]
+        n: Option<usize>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Outer {
+        #[allow(dead_code)]
+        inner: Option<Inner>,
+        #[allow(dead_code)]
+        names: Option<Vec<String>>,
+        #[serde(default, deserialize_with = "present")]
+        rank: Option<Option<usize>>,
+    }
+
+    fn key_of(e: EngineError) -> String {
+        match e {
+            EngineError::Config { key, .. } => key,
+            e => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_path_of_the_key() {
+        let e = read::<Outer>("c.json", "", &json!({"inner": {"n": -1}})).unwrap_err();
+        assert_eq!(key_of(e), "inner.n");
+        let e = read::<Outer>("c.json", "text_config", &json!({"names": ["a", 3]})).unwrap_err();
+        assert_eq!(key_of(e), "text_config.names[1]");
+        let e = read::<Outer>("c.json", "", &json!("not an object")).unwrap_err();
+        assert_eq!(key_of(e), "<root>");
+        assert_eq!(key_of(under("text_config", err("c.json", "vocab_size", "is required"))), "text_config.vocab_size");
+    }
+
+    #[test]
+    fn null_is_absent_except_where_presence_counts() {
+        let o: Outer = read("c.json", "", &json!({"inner": null})).unwrap();
+        assert!(o.inner.is_none() && o.rank.is_none());
+        let o: Outer = read("c.json", "", &json!({"rank": null})).unwrap();
+        assert_eq!(o.rank, Some(None));
+        let o: Outer = read("c.json", "", &json!({"rank": 8})).unwrap();
+        assert_eq!(o.rank, Some(Some(8)));
+    }
 }

@@ -4,6 +4,7 @@
 use super::WeightBytes;
 use super::checkpoint::Checkpoint;
 use super::config::Config;
+use super::probe::Probe;
 use crate::error::Result;
 use crate::registry::{Backend, HostLinear};
 
@@ -42,8 +43,12 @@ impl<B: Backend> Mlp<B> {
         })
     }
 
-    /// `m` rows in, `m` rows out.
-    pub fn forward(&self, b: &B, x: &B::Tensor) -> Result<B::Tensor> {
-        b.linear(&b.silu_mul(&b.linear(x, &self.gate_up)?)?, &self.down)
+    /// `m` rows in, `m` rows out; `probe` checks each op's output, naming it under `module`
+    /// (`mlp`, `shared_experts`).
+    pub fn forward(&self, b: &B, x: &B::Tensor, probe: &Probe<'_, B>, module: &str) -> Result<B::Tensor> {
+        let checked = |op: &str, x: B::Tensor| probe.check(&x, format_args!("{module}.{op}")).map(|()| x);
+        let gate_up = checked("gate_up_proj", b.linear(x, &self.gate_up)?)?;
+        let act = checked("silu_mul", b.silu_mul(&gate_up)?)?;
+        checked("down_proj", b.linear(&act, &self.down)?)
     }
 }

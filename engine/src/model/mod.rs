@@ -13,6 +13,12 @@
 //! Not supported yet: FP8 (block-quantized) checkpoints such as DeepSeek-V3's own release, softmax
 //! scoring and the older `greedy`/`group_limited_greedy` routers, rope scaling other than YaRN.
 //!
+//! Every forward checks that its logits are finite ([`Model::forward`], [`Model::forward_argmax`],
+//! and so greedy and DDTree decoding): a NaN or an infinity in a weight (one embedding row, one INT4
+//! scale) would otherwise decode as token 0 forever. When some are not, the forward runs again with
+//! every op's output checked, and the error names the first op whose output is not finite:
+//! `layer 1 moe: 3 of 192 values are not finite ...`, or `embedding: ...` (see `probe`).
+//!
 //! Loading maps the shards and hands each weight to the backend as it is read (bf16 weights stay
 //! bf16; an INT4 weight's three tensors may sit in different shards), dropping the mapped pages of
 //! every tensor once copied, so the host holds about one weight at a time beyond the backend's copy.
@@ -24,6 +30,7 @@ mod config;
 mod json;
 mod mlp;
 mod moe;
+mod probe;
 mod quant_config;
 mod rotary;
 mod shard_path;
@@ -42,10 +49,12 @@ use attention::Attention;
 use checkpoint::Checkpoint;
 use mlp::Mlp;
 use moe::Moe;
+use probe::Probe;
 
 use crate::cpu::CpuBackend;
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
+use crate::ops::cpu::count_nonfinite;
 use crate::registry::{Backend, Heads, HostLinear, KvStore, Rope};
 
 enum FeedForward<B: Backend> {
@@ -202,6 +211,9 @@ impl<B: Backend> Model<B> {
     /// Runs `tokens` at position ids `positions`, attending to everything in `cache` plus the new
     /// tokens `mask` allows (`None` = causal). Appends all new K/V to the cache (nothing on error).
     /// Returns logits `[tokens.len(), vocab]`, f32, on the host.
+    ///
+    /// Logits that are not all finite are an error, [`EngineError::NonFinite`], naming the first op of
+    /// the forward whose output was not (found by running it again with every op checked).
     pub fn forward(
         &self,
         cache: &mut B::Cache,
@@ -209,11 +221,16 @@ impl<B: Backend> Model<B> {
         positions: &[usize],
         mask: Option<&TreeMask>,
     ) -> Result<Vec<f32>> {
-        let logits = self.forward_on(cache, tokens, positions, mask)?;
-        self.backend.to_host(&logits)
+        let start = cache.len();
+        let logits = self.backend.to_host(&self.forward_on(cache, tokens, positions, mask)?)?;
+        match count_nonfinite(&logits) {
+            0 => Ok(logits),
+            bad => Err(self.first_nonfinite(cache, start, tokens, positions, mask, bad, logits.len())),
+        }
     }
 
-    /// [`Self::forward`], but only each row's argmax (ties to the lowest index) leaves the backend.
+    /// [`Self::forward`], but only each row's argmax (ties to the lowest index) leaves the backend, with
+    /// the count of non-finite logits that [`Self::forward`]'s check needs.
     pub fn forward_argmax(
         &self,
         cache: &mut B::Cache,
@@ -221,17 +238,64 @@ impl<B: Backend> Model<B> {
         positions: &[usize],
         mask: Option<&TreeMask>,
     ) -> Result<Vec<u32>> {
+        let start = cache.len();
         let logits = self.forward_on(cache, tokens, positions, mask)?;
-        self.backend.argmax(&logits)
+        match self.backend.argmax_checked(&logits)? {
+            (ids, 0) => Ok(ids),
+            (_, bad) => {
+                let total = tokens.len() * self.config.vocab_size;
+                Err(self.first_nonfinite(cache, start, tokens, positions, mask, bad, total))
+            }
+        }
     }
 
-    /// [`Self::forward`] with the logits left on the backend.
+    /// [`Self::forward`] with the logits left on the backend, unchecked: they may hold NaN.
     pub fn forward_on(
         &self,
         cache: &mut B::Cache,
         tokens: &[u32],
         positions: &[usize],
         mask: Option<&TreeMask>,
+    ) -> Result<B::Tensor> {
+        self.forward_probed(cache, tokens, positions, mask, &Probe::off(&*self.backend))
+    }
+
+    /// The error of a forward from a cache of `start` entries whose logits held `bad` of `total` values
+    /// that are not finite: the forward runs again from that cache with every op's output checked, and
+    /// the first that is not finite is named. The cache is left with its `start` entries.
+    #[allow(clippy::too_many_arguments)]
+    fn first_nonfinite(
+        &self,
+        cache: &mut B::Cache,
+        start: usize,
+        tokens: &[u32],
+        positions: &[usize],
+        mask: Option<&TreeMask>,
+        bad: usize,
+        total: usize,
+    ) -> EngineError {
+        cache.truncate(start);
+        let rerun = self.forward_probed(cache, tokens, positions, mask, &Probe::every_op(&*self.backend));
+        cache.truncate(start);
+        match rerun {
+            Err(e) => e,
+            // Every op's output was finite this time: only a backend that does not repeat itself gets here.
+            Ok(_) => EngineError::NonFinite {
+                op: "lm_head (the logits; a checked re-run of the forward found every output finite)".into(),
+                count: bad,
+                total,
+            },
+        }
+    }
+
+    /// The forward, `probe` checking each op's output; commits the cache on success, rolls it back on error.
+    fn forward_probed(
+        &self,
+        cache: &mut B::Cache,
+        tokens: &[u32],
+        positions: &[usize],
+        mask: Option<&TreeMask>,
+        probe: &Probe<'_, B>,
     ) -> Result<B::Tensor> {
         let n = tokens.len();
         let causal;
@@ -257,7 +321,7 @@ impl<B: Backend> Model<B> {
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::TokenOutOfRange { id, vocab });
         }
-        let result = self.run(cache, tokens, positions, mask);
+        let result = self.run(cache, tokens, positions, mask, probe);
         match &result {
             Ok(_) => cache.commit(n),
             Err(_) => cache.rollback(),
@@ -265,22 +329,39 @@ impl<B: Backend> Model<B> {
         result
     }
 
-    fn run(&self, cache: &mut B::Cache, tokens: &[u32], positions: &[usize], mask: &TreeMask) -> Result<B::Tensor> {
+    fn run(
+        &self,
+        cache: &mut B::Cache,
+        tokens: &[u32],
+        positions: &[usize],
+        mask: &TreeMask,
+        probe: &Probe<'_, B>,
+    ) -> Result<B::Tensor> {
         let (c, b) = (&self.config, &*self.backend);
         let batch = b.batch(tokens, positions, mask)?;
         let mut x = b.embedding(&self.embed, &batch)?;
+        probe.check(&x, "embedding")?;
         for (i, layer) in self.layers.iter().enumerate() {
+            let probe = probe.layer(i);
             let normed = b.rmsnorm(&x, &layer.input_norm, c.rms_norm_eps)?;
-            let attn = layer.attn.forward(b, c, &self.rope, &normed, i, cache, &batch)?;
+            probe.check(&normed, "input_layernorm")?;
+            let attn = layer.attn.forward(b, c, &self.rope, &normed, i, cache, &batch, &probe)?;
             b.add_assign(&mut x, &attn)?;
+            probe.check(&x, "residual after self_attn")?;
             let normed = b.rmsnorm(&x, &layer.post_norm, c.rms_norm_eps)?;
+            probe.check(&normed, "post_attention_layernorm")?;
             let ffn = match &layer.ffn {
-                FeedForward::Dense(mlp) => mlp.forward(b, &normed)?,
-                FeedForward::Moe(moe) => moe.forward(b, &normed)?,
+                FeedForward::Dense(mlp) => mlp.forward(b, &normed, &probe, "mlp")?,
+                FeedForward::Moe(moe) => moe.forward(b, &normed, &probe)?,
             };
             b.add_assign(&mut x, &ffn)?;
+            probe.check(&x, "residual after mlp")?;
         }
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        b.linear(&b.rmsnorm(&x, &self.norm, c.rms_norm_eps)?, head)
+        let normed = b.rmsnorm(&x, &self.norm, c.rms_norm_eps)?;
+        probe.check(&normed, "norm")?;
+        let logits = b.linear(&normed, head)?;
+        probe.check(&logits, "lm_head")?;
+        Ok(logits)
     }
 }

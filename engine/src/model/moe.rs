@@ -4,6 +4,7 @@ use super::WeightBytes;
 use super::checkpoint::Checkpoint;
 use super::config::Config;
 use super::mlp::{Mlp, load_host};
+use super::probe::Probe;
 use crate::error::Result;
 use crate::registry::{Backend, HostExperts};
 
@@ -99,11 +100,13 @@ impl<B: Backend> Moe<B> {
 
     /// `m` rows in, `m` rows out: the weighted routed experts (added in ascending expert index) plus
     /// the shared experts. Every op is row-independent, so a row's result does not depend on which
-    /// other rows came along.
-    pub fn forward(&self, b: &B, x: &B::Tensor) -> Result<B::Tensor> {
+    /// other rows came along. `probe` checks the routed experts' sum (`moe`), then the shared experts.
+    pub fn forward(&self, b: &B, x: &B::Tensor, probe: &Probe<'_, B>) -> Result<B::Tensor> {
         let mut y = b.moe(x, &self.experts)?;
+        probe.check(&y, "moe")?;
         if let Some(shared) = &self.shared {
-            b.add_assign(&mut y, &shared.forward(b, x)?)?;
+            b.add_assign(&mut y, &shared.forward(b, x, probe, "shared_experts")?)?;
+            probe.check(&y, "moe + shared_experts")?;
         }
         Ok(y)
     }

@@ -2,8 +2,9 @@
 
 use kdtree_quant::GROUP_SIZES;
 use regex::Regex;
+use serde_json::Value;
 
-use super::json::{Obj, err};
+use super::json::{err, read};
 use crate::error::{EngineError, Result};
 
 /// Symmetric INT4 group quantization of the linear modules the ignore list leaves out.
@@ -41,45 +42,88 @@ impl Pattern {
 
 const EXPECTED: &str = "supported is compressed-tensors pack-quantized, 4-bit symmetric int, group strategy";
 
+/// Where `quantization_config` sits in config.json: its errors name keys under it.
+const SECTION: &str = "quantization_config";
+
+/// `quantization_config` as written (see [`super::json`]).
+mod raw {
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    /// What decides whether the rest is read at all.
+    #[derive(Debug, Deserialize)]
+    pub struct Method {
+        pub quant_method: Option<String>,
+        pub format: Option<String>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct Quant {
+        /// By name, in name order.
+        pub config_groups: Option<BTreeMap<String, Group>>,
+        pub ignore: Option<Vec<String>>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct Group {
+        pub targets: Option<Vec<String>>,
+        pub weights: Option<Weights>,
+    }
+
+    /// compressed-tensors' `QuantizationArgs`, the keys the engine reads.
+    #[derive(Debug, Deserialize)]
+    pub struct Weights {
+        pub num_bits: Option<usize>,
+        #[serde(rename = "type")]
+        pub kind: Option<String>,
+        pub symmetric: Option<bool>,
+        pub strategy: Option<String>,
+        pub group_size: Option<usize>,
+    }
+}
+
 impl QuantConfig {
-    /// Parses `quantization_config`; anything but compressed-tensors symmetric INT4 groups is an error.
-    pub(crate) fn parse(q: &Obj<'_>) -> Result<Self> {
+    /// Parses `quantization_config` (`q`) of `file`; anything but compressed-tensors symmetric INT4
+    /// groups is an error.
+    pub(crate) fn parse(file: &str, q: &Value) -> Result<Self> {
         let unknown =
-            |format: String| EngineError::UnknownQuantization { file: q.file.into(), format, expected: EXPECTED };
-        let method = q.str_or("quant_method", "")?;
-        let format = q.str_or("format", "")?;
+            |format: String| EngineError::UnknownQuantization { file: file.into(), format, expected: EXPECTED };
+        let m: raw::Method = read(file, SECTION, q)?;
+        let (method, format) = (m.quant_method.unwrap_or_default(), m.format.unwrap_or_default());
         if method != "compressed-tensors" || format != "pack-quantized" {
             return Err(unknown(format!("{method}/{format}")));
         }
-        let groups =
-            q.obj("config_groups")?.ok_or_else(|| err(q.file, "quantization_config.config_groups", "is required"))?;
+        let q: raw::Quant = read(file, SECTION, q)?;
+        let groups = q.config_groups.ok_or_else(|| err(file, &format!("{SECTION}.config_groups"), "is required"))?;
         let mut group_size = None;
-        for (name, group) in groups.map {
-            let group = Obj::new(q.file, group, name)?;
-            let targets = group.strings("targets")?;
+        for (name, group) in groups {
+            let key = format!("{SECTION}.config_groups.{name}");
+            let targets = group.targets.unwrap_or_default();
             if targets != ["Linear"] {
                 return Err(unknown(format!("{name} targets {targets:?} (only [\"Linear\"] is supported)")));
             }
-            let w = group.obj("weights")?.ok_or_else(|| err(q.file, name, "has no `weights` scheme"))?;
+            let w = group.weights.ok_or_else(|| err(file, &key, "has no `weights` scheme"))?;
             // Unstated arguments take compressed-tensors' `QuantizationArgs` defaults.
-            let (bits, kind, symmetric) =
-                (w.usize_or("num_bits", 8)?, w.str_or("type", "int")?, w.bool_or("symmetric", true)?);
-            let strategy = w.str_or("strategy", "group")?;
+            let bits = w.num_bits.unwrap_or(8);
+            let kind = w.kind.as_deref().unwrap_or("int");
+            let symmetric = w.symmetric.unwrap_or(true);
+            let strategy = w.strategy.as_deref().unwrap_or("group");
             if bits != 4 || kind != "int" || !symmetric || strategy != "group" {
                 return Err(unknown(format!("{bits}-bit {kind} symmetric={symmetric} strategy={strategy}")));
             }
-            let g = w.usize("group_size")?;
+            let key = format!("{key}.weights.group_size");
+            let g = w.group_size.ok_or_else(|| err(file, &key, "is required"))?;
             if !GROUP_SIZES.contains(&g) {
-                let key = format!("quantization_config.config_groups.{name}.weights.group_size");
-                return Err(err(q.file, &key, format!("is {g}; supported are {GROUP_SIZES:?}")));
+                return Err(err(file, &key, format!("is {g}; supported are {GROUP_SIZES:?}")));
             }
             if group_size.is_some_and(|other| other != g) {
                 return Err(unknown(format!("several group sizes ({g} and {})", group_size.unwrap_or(0))));
             }
             group_size = Some(g);
         }
-        let group_size = group_size.ok_or_else(|| err(q.file, "quantization_config.config_groups", "is empty"))?;
-        let ignore = q.strings("ignore")?.iter().map(|p| Pattern::parse(q.file, p)).collect::<Result<_>>()?;
+        let group_size = group_size.ok_or_else(|| err(file, &format!("{SECTION}.config_groups"), "is empty"))?;
+        let ignore = q.ignore.unwrap_or_default().iter().map(|p| Pattern::parse(file, p)).collect::<Result<_>>()?;
         Ok(Self { group_size, ignore })
     }
 
@@ -101,7 +145,7 @@ mod tests {
                 "num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 32}}},
             "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]
         });
-        let q = QuantConfig::parse(&Obj::new("config.json", &json, "quantization_config").unwrap()).unwrap();
+        let q = QuantConfig::parse("config.json", &json).unwrap();
         assert_eq!(q.group_size, 32);
         assert!(q.is_quantized("model.layers.1.mlp.experts.7.up_proj"));
         assert!(!q.is_quantized("model.layers.1.mlp.shared_experts.up_proj"));
@@ -117,7 +161,7 @@ mod tests {
                 "quant_method": "compressed-tensors", "format": "pack-quantized",
                 "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "group_size": g}}}
             });
-            let e = QuantConfig::parse(&Obj::new("config.json", &json, "quantization_config").unwrap()).unwrap_err();
+            let e = QuantConfig::parse("config.json", &json).unwrap_err();
             let m = e.to_string();
             assert!(m.contains("config.json") && m.contains(&format!("is {g};")), "{m}");
             assert!(m.contains("`quantization_config.config_groups.group_0.weights.group_size`"), "{m}");
@@ -127,7 +171,7 @@ mod tests {
     #[test]
     fn other_formats_are_named_in_the_error() {
         let json = serde_json::json!({"quant_method": "fp8", "weight_block_size": [128, 128]});
-        let e = QuantConfig::parse(&Obj::new("config.json", &json, "quantization_config").unwrap()).unwrap_err();
+        let e = QuantConfig::parse("config.json", &json).unwrap_err();
         assert!(matches!(&e, EngineError::UnknownQuantization { format, .. } if format.contains("fp8")), "{e}");
     }
 }

@@ -14,7 +14,7 @@
 //! | [`Backend::columns`], [`Backend::rope`] | MLA's column splits and rotary embedding |
 //! | [`Backend::kv_append`], [`Backend::attention`] | the KV cache and tree-masked attention |
 //! | [`Backend::moe`] | routing and the routed experts of one MoE layer |
-//! | [`Backend::argmax`], [`Backend::to_host`] | what leaves the backend: ids, or logits |
+//! | [`Backend::argmax`], [`Backend::argmax_checked`], [`Backend::to_host`] | what leaves the backend: ids (with a count of NaN and infinite logits), or logits |
 
 mod linear;
 mod startup;
@@ -163,6 +163,9 @@ pub trait Backend: Send + Sync + Sized {
     fn moe(&self, x: &Self::Tensor, experts: &Self::Experts) -> Result<Self::Tensor>;
     /// Row-wise argmax, ties to the lowest index.
     fn argmax(&self, x: &Self::Tensor) -> Result<Vec<u32>>;
+    /// [`Self::argmax`], and how many values of `x` are NaN or infinite, read back together: the
+    /// check every forward makes of its logits ([`crate::Model::forward_argmax`]).
+    fn argmax_checked(&self, x: &Self::Tensor) -> Result<(Vec<u32>, usize)>;
     /// The tensor on the host, row-major.
     fn to_host(&self, x: &Self::Tensor) -> Result<Vec<f32>>;
 }

@@ -14,6 +14,7 @@ use crate::error::{EngineError, Result};
 use crate::generate::greedy_generate;
 use crate::model::{Config, Model};
 use crate::registry::Backend;
+use crate::table::table;
 
 /// Options of speculative decoding, flattened into `generate`. Each but `--spec` needs `--spec`.
 #[derive(clap::Args, Clone, Debug)]
@@ -222,12 +223,12 @@ impl Comparison {
             ("tokens/s", format!("{:.1}", self.tokens_per_second), format!("{:.1}", self.greedy_tokens_per_second)),
             ("time outside the target forwards", format!("{:.1}%", 100.0 * self.host_share), "".into()),
         ];
-        let mut out = format!("tokens: {}\n\n", tokens.join(","));
         let method = format!("{} drafter={drafter}", self.method.label());
-        out += &format!("{method:<40} {:>14} {:>10}\n", self.method.name(), "greedy");
+        let mut t = table(&[&method, self.method.name(), "greedy"], &[1, 2]);
         for (name, ours, greedy) in rows {
-            out += &format!("{name:<40} {ours:>14} {greedy:>10}\n");
+            t.add_row(vec![name.to_owned(), ours, greedy]);
         }
+        let mut out = format!("tokens: {}\n\n{t}\n", tokens.join(","));
         out += &format!("identical to greedy: {}\n", if self.identical { "yes" } else { "NO" });
         out
     }

@@ -98,24 +98,20 @@ fn rate(tokens: usize, seconds: f64) -> f64 {
 
 /// A table for people.
 pub fn table(rows: &[SpecRow]) -> String {
-    let mut out = format!(
-        "{:<24} {:>5} {:>10} {:>8} {:>6} {:>9} {:>6} {:>7} {:>9}\n",
-        "method", "p", "tokens/s", "speedup", "tau", "fwd/tok", "tree", "host %", "identical"
-    );
+    let header = ["method", "p", "tokens/s", "speedup", "tau", "fwd/tok", "tree", "host %", "identical"];
+    let mut t = crate::table::table(&header, &[1, 2, 3, 4, 5, 6, 7]);
     for r in rows {
-        let p = r.p.map_or("-".into(), |p| format!("{p:.2}"));
-        out += &format!(
-            "{:<24} {:>5} {:>10.1} {:>7.2}x {:>6.2} {:>9.3} {:>6.1} {:>6.1}% {:>9}\n",
-            r.method,
-            p,
-            r.decode_tokens_per_s,
-            r.speedup,
-            r.tau,
-            r.forwards_per_token,
-            r.mean_tree_size,
-            100.0 * r.host_share,
-            if r.identical { "yes" } else { "NO" }
-        );
+        t.add_row(vec![
+            r.method.clone(),
+            r.p.map_or("-".into(), |p| format!("{p:.2}")),
+            format!("{:.1}", r.decode_tokens_per_s),
+            format!("{:.2}x", r.speedup),
+            format!("{:.2}", r.tau),
+            format!("{:.3}", r.forwards_per_token),
+            format!("{:.1}", r.mean_tree_size),
+            format!("{:.1}", 100.0 * r.host_share),
+            if r.identical { "yes" } else { "NO" }.into(),
+        ]);
     }
-    out
+    format!("{t}\n")
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 
+use heck::ToSnakeCase;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
 use syn::LitStr;
@@ -30,7 +31,8 @@ pub fn structure(space: &Space) -> TokenStream {
 
 pub fn variant_impl(space: &Space) -> TokenStream {
     let ident = &space.ident;
-    let space_name = snake_case(&ident.to_string());
+    // `W4a16` -> `w4a16`, `MyKernel` -> `my_kernel`.
+    let space_name = ident.to_string().to_snake_case();
     let template = format(space, &space.template);
     let name = format(space, &space.name);
     let context = space.axes.iter().map(|axis| {
@@ -132,18 +134,4 @@ fn format(space: &Space, pattern: &Pattern) -> TokenStream {
     }
     let literal = LitStr::new(&literal, pattern.lit.span());
     quote!(::std::format!(#literal #(, #args)*))
-}
-
-/// `W4a16` -> `w4a16`, `MyKernel` -> `my_kernel`.
-fn snake_case(ident: &str) -> String {
-    let mut out = String::new();
-    let mut previous_lower = false;
-    for c in ident.chars() {
-        if c.is_uppercase() && previous_lower {
-            out.push('_');
-        }
-        previous_lower = c.is_lowercase() || c.is_ascii_digit();
-        out.extend(c.to_lowercase());
-    }
-    out
 }

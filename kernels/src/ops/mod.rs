@@ -2,12 +2,13 @@
 //! checking the lengths its kernel relies on ([`crate::shape`]) before launching it.
 //!
 //! The ops of a GPU-resident forward ([`cast`], [`elementwise`], [`rows`], [`rope`], [`attention`],
-//! [`moe`], [`moe_align`]) take every input on the device, position and index buffers included, so that a forward
-//! copies nothing to the device per op; an empty operation launches nothing.
+//! [`moe`], [`moe_align`], [`finite`]) take every input on the device, position and index buffers
+//! included, so that a forward copies nothing to the device per op; an empty operation launches nothing.
 
 pub mod attention;
 pub mod cast;
 pub mod elementwise;
+pub mod finite;
 pub mod moe;
 pub mod moe_align;
 pub mod rope;

@@ -127,10 +127,10 @@ impl Config {
     fn check_routing(&self, file: &str) -> Result<()> {
         let moe = self.n_routed_experts > 0;
         let bad = |key: &str, reason: &str| Err(err(file, key, reason));
-        if self.qk_rope_head_dim % 2 != 0 {
+        if !self.qk_rope_head_dim.is_multiple_of(2) {
             return bad("qk_rope_head_dim", "must be even");
         }
-        if moe && (self.n_group == 0 || self.n_routed_experts % self.n_group != 0) {
+        if moe && (self.n_group == 0 || !self.n_routed_experts.is_multiple_of(self.n_group)) {
             return bad("n_group", "must divide n_routed_experts");
         }
         if moe && (self.topk_group == 0 || self.topk_group > self.n_group) {

@@ -41,9 +41,26 @@ fn argmax_row(row: &[f32]) -> u32 {
     best as u32
 }
 
+/// How many values of `x` are NaN or infinite: the check of a forward's logits (and, in the checked
+/// re-run, of every op's output).
+pub fn count_nonfinite(x: &[f32]) -> usize {
+    x.par_chunks(1 << 16).map(|c| c.iter().filter(|v| !v.is_finite()).count()).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nan_and_both_infinities_count_and_nothing_else() {
+        let x = [0.0, -0.0, f32::MAX, f32::MIN_POSITIVE, 1e-45, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.0];
+        assert_eq!(count_nonfinite(&x), 3);
+        assert_eq!(count_nonfinite(&[]), 0);
+        let mut big = vec![1.0f32; (1 << 16) * 3 + 5];
+        big[(1 << 16) + 7] = f32::NAN;
+        *big.last_mut().unwrap() = -f32::INFINITY;
+        assert_eq!(count_nonfinite(&big), 2);
+    }
 
     #[test]
     fn silu_of_zero_is_zero_and_large_gate_passes_up_through() {

@@ -10,7 +10,7 @@ mod norm;
 mod rope;
 
 pub use attention::{AttentionShape, attention};
-pub use elementwise::{argmax, silu_mul, softmax};
+pub use elementwise::{argmax, count_nonfinite, silu_mul, softmax};
 pub use embedding::embedding;
 pub use linear::{dense_linear, linear, w4a16_linear};
 pub use norm::rmsnorm;

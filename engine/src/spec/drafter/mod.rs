@@ -45,7 +45,7 @@ pub struct Draft {
 impl Draft {
     /// From full log-probability rows `[len, vocab]`: keeps each row's best `top_k` finite entries.
     pub fn from_log_probs(rows: &[f32], vocab: usize, top_k: usize) -> Result<Draft> {
-        if vocab == 0 || rows.len() % vocab != 0 {
+        if vocab == 0 || !rows.len().is_multiple_of(vocab) {
             return Err(EngineError::InvalidArgument(format!(
                 "draft rows of {} values are not whole rows of vocab {vocab}",
                 rows.len()
