@@ -68,28 +68,25 @@ pub fn sweep(max: usize) -> Vec<usize> {
 
 /// A table for people.
 pub fn table(rows: &[ForwardRow], copy_gbps: f64) -> String {
-    let mut out = format!("copy bandwidth {copy_gbps:.0} GB/s (read + write), measured in this run\n");
-    out += &format!(
-        "{:>4} {:>10} {:>10} {:>10} {:>8} {:>9} {:>9} {:>8}  split (one forward, GPU us by op class)\n",
-        "T", "median us", "p10", "p90", "experts", "MB read", "floor us", "% floor"
-    );
+    let header =
+        ["T", "median us", "p10", "p90", "experts", "MB read", "floor us", "% floor", "split (GPU us by op class)"];
+    let mut t = crate::table::table(&header, &[0, 1, 2, 3, 4, 5, 6, 7]);
     for r in rows {
         // The six largest classes; the JSON has them all.
         let split: Vec<String> = r.split_us.iter().take(6).map(|(c, us)| format!("{c} {us:.0}")).collect();
-        out += &format!(
-            "{:>4} {:>10.1} {:>10.1} {:>10.1} {:>8.1} {:>9.1} {:>9.1} {:>7.1}%  {}\n",
-            r.t,
-            r.median_us,
-            r.p10_us,
-            r.p90_us,
-            r.experts_per_layer,
-            r.bytes.total as f64 / 1e6,
-            r.floor_us,
-            r.pct_of_floor,
-            split.join(", ")
-        );
+        t.add_row(vec![
+            r.t.to_string(),
+            format!("{:.1}", r.median_us),
+            format!("{:.1}", r.p10_us),
+            format!("{:.1}", r.p90_us),
+            format!("{:.1}", r.experts_per_layer),
+            format!("{:.1}", r.bytes.total as f64 / 1e6),
+            format!("{:.1}", r.floor_us),
+            format!("{:.1}%", r.pct_of_floor),
+            split.join(", "),
+        ]);
     }
-    out
+    format!("copy bandwidth {copy_gbps:.0} GB/s (read + write), measured in this run\n{t}\n")
 }
 
 #[cfg(test)]
@@ -104,5 +101,24 @@ mod tests {
         assert!((b.floor_us(1.0) - 1.672).abs() < 1e-12);
         assert_eq!(sweep(128), [1, 2, 4, 8, 16, 32, 64, 128]);
         assert_eq!(sweep(5), [1, 2, 4]);
+    }
+
+    #[test]
+    fn the_table_has_a_line_per_row_with_its_figures() {
+        let w = WeightBytes { dense: 1000, lm_head: 500, expert: 10, moe_layers: 2, experts_per_layer: 64, int4: 0 };
+        let row = |t| ForwardRow {
+            t,
+            median_us: 2000.0,
+            p10_us: 1900.0,
+            p90_us: 2100.0,
+            experts_per_layer: 8.0,
+            bytes: ReadBytes::of(&w, 8.0, 3, 4),
+            floor_us: 1000.0,
+            pct_of_floor: 50.0,
+            split_us: vec![("moe".into(), 600.0)],
+        };
+        let text = table(&[row(1), row(2)], 4000.0);
+        assert_eq!(text.lines().count(), 1 + 2 + 2, "{text}");
+        assert!(text.contains("4000 GB/s") && text.contains("50.0%") && text.contains("moe 600"), "{text}");
     }
 }
