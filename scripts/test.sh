@@ -10,5 +10,8 @@ cd "$(dirname "$0")/.."
 # A clean build gains nothing from incremental state, and it costs disk that CI may not have.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
+# The lint gate: formatting, then clippy over every target with warnings as errors.
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --lib --bins --tests --examples "$@"
 cargo test --workspace --doc

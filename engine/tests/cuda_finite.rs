@@ -17,7 +17,12 @@ use kdtree_engine::{EngineError, Model, greedy_generate};
 use poison::{int4_all_experts, non_finite, poison};
 
 fn cuda() -> CudaBackend {
-    let options = CudaOptions { ordinal: 0, tuning_db: "/nonexistent/tuning.json".into(), mode: Mode::Exact { m: 1 } };
+    let options = CudaOptions {
+        ordinal: 0,
+        tuning_db: "/nonexistent/tuning.json".into(),
+        mode: Mode::Exact { m: 1 },
+        grouped_moe: true,
+    };
     CudaBackend::open(&options).expect("a GPU")
 }
 

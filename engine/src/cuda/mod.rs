@@ -328,7 +328,7 @@ impl Backend for CudaBackend {
     }
 
     fn silu_mul(&self, x: &CudaTensor) -> Result<CudaTensor> {
-        if x.cols % 2 != 0 {
+        if !x.cols.is_multiple_of(2) {
             return Err(shape_error("silu_mul", format!("rows of {} do not split in halves", x.cols)));
         }
         self.timed(rest, || {

@@ -396,7 +396,7 @@ mod tests {
     fn the_per_expert_path_agrees_with_the_grouped_alignment() {
         // The grouped path's sorted list is the per-expert path's `dest` (slot order by expert).
         let ids = [3, 1, 1, 0, 2, 3];
-        let a = kdtree_jit::w4a16::grouped::align(&ids, 4, 8);
+        let a = w4a16::grouped::align(&ids, 4, 8);
         assert_eq!(a.sorted, assign(&ids, 2, 4).unwrap().dest);
     }
 }

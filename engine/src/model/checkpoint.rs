@@ -178,7 +178,7 @@ impl Checkpoint {
             (true, Some(g)) => {
                 // The three tensors may sit in different shards: each is found through the index.
                 let tensor = |name: &str| {
-                    let file = self.file(name).map_err(|_| kdtree_quant::QuantError::MissingTensor {
+                    let file = self.file(name).map_err(|_| QuantError::MissingTensor {
                         tensor: name.into(),
                         file: self.file_list(),
                     })?;

@@ -179,7 +179,7 @@ impl<B: Backend> Model<B> {
             nope: c.qk_nope_head_dim,
             rope: c.qk_rope_head_dim,
             v: c.v_head_dim,
-            scale: rotary::softmax_scale(c),
+            scale: softmax_scale(c),
         };
         Ok(Model {
             norm: vector("model.norm.weight", h)?,
