@@ -20,7 +20,7 @@ use kdtree_jit::tune::db::{Entry, TuningDb};
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::tune::key::{ProblemKey, Shape};
 use kdtree_jit::tune::peers::Peers;
-use kdtree_jit::w4a16::{self, Acc, Algo, Problem, W4a16};
+use kdtree_jit::w4a16::{Acc, Algo, Problem, W4a16, W4a16Kernel};
 use kdtree_jit::{Arch, Gpu, Target, Variant, compile_variant};
 use kdtree_quant::Dtype;
 
@@ -277,13 +277,13 @@ fn ddtree_equals_greedy_token_for_token_on_cuda() {
 fn w4a16_kernels_compute_each_row_independently_of_the_others_bitwise() {
     let gpu = Gpu::open(0).expect("a GPU");
     for v in row_test_variants() {
-        let f = gpu.load(&compile_variant(&v, gpu.arch, None).expect("compiles")).expect("loads");
+        let kernel =
+            W4a16Kernel::load(&gpu, v, &compile_variant(&v, gpu.arch, None).expect("compiles")).expect("loads");
         let (n, k) = (200, 13 * 32);
         let m = if v.algo.has_row_limit() { v.bm as usize } else { 37 };
         let p = Problem::random(m, n, k, 32, v.dtype, 5).expect("problem");
-        let all = w4a16::gemm_host(&gpu, &f, &v, &p.x, m, &p.w).expect("runs");
-        let rows =
-            |from: usize, to: usize| w4a16::gemm_host(&gpu, &f, &v, &p.x[from * k..to * k], to - from, &p.w).unwrap();
+        let all = kernel.gemm_host(&gpu, &p.x, m, &p.w).expect("runs");
+        let rows = |from: usize, to: usize| kernel.gemm_host(&gpu, &p.x[from * k..to * k], to - from, &p.w).unwrap();
         for r in 0..m {
             assert_eq!(rows(r, r + 1), all[r * n..(r + 1) * n], "{}: row {r} alone", v.name());
         }

@@ -4,14 +4,14 @@
 
 use std::collections::HashMap;
 
-use cudarc::driver::{CudaFunction, CudaSlice};
+use cudarc::driver::CudaSlice;
 
 use super::error::{Result, TuneError};
 use super::flush::Flusher;
 use super::problem::{Problem, from_bits};
 use super::search::Runner;
 use crate::Gpu;
-use crate::w4a16::{self, GemmBuffers, W4a16, check};
+use crate::w4a16::{self, GemmBuffers, W4a16, W4a16Kernel, check};
 
 /// One shape's inputs and outputs on the device, sized for the problem's largest M.
 pub struct ShapeBuffers {
@@ -48,7 +48,7 @@ impl ShapeBuffers {
 pub struct W4a16Runner<'a> {
     pub gpu: &'a Gpu,
     pub problem: &'a Problem,
-    pub kernels: &'a HashMap<String, CudaFunction>,
+    pub kernels: &'a HashMap<String, W4a16Kernel>,
     pub buffers: &'a mut ShapeBuffers,
     pub flusher: &'a mut Flusher,
     pub m: usize,
@@ -88,9 +88,9 @@ impl Runner for W4a16Runner<'_> {
 
     fn launch(&mut self, v: &W4a16) -> Result<()> {
         let (n, k) = (self.problem.weight.n, self.problem.weight.k);
-        let kernels: &HashMap<String, CudaFunction> = self.kernels;
+        let kernels: &HashMap<String, W4a16Kernel> = self.kernels;
         let name = crate::Variant::name(v);
-        let f = kernels.get(&name).ok_or_else(|| TuneError::Problem(format!("{name} was not compiled")))?;
+        let kernel = kernels.get(&name).ok_or_else(|| TuneError::Problem(format!("{name} was not compiled")))?;
         let b = &mut *self.buffers;
         let buffers = GemmBuffers {
             x: b.x.as_view(),
@@ -99,7 +99,7 @@ impl Runner for W4a16Runner<'_> {
             y: b.y.as_view_mut(),
             workspace: &mut b.workspace,
         };
-        Ok(w4a16::launch(self.gpu, f, v, self.m, n, k, buffers)?)
+        Ok(kernel.launch(self.gpu, self.m, n, k, buffers)?)
     }
 
     fn flush(&mut self) -> Result<()> {

@@ -35,7 +35,6 @@
 
 pub mod bench;
 pub mod clock;
-mod cuda;
 pub mod db;
 pub mod env;
 pub mod error;
@@ -53,4 +52,4 @@ pub mod search;
 pub mod session;
 
 /// Whether libcublas can be loaded: probe before any cuBLAS call, which panics when it cannot.
-pub use cuda::cublas_present;
+pub use crate::cublas::present as cublas_present;

@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::bench::{BenchConfig, Timing, measure};
 use super::clock::CudaClock;
-use super::cuda;
 use super::error::Result;
 use super::flush::Flusher;
 use super::problem::{Problem, to_bits};
+use crate::cublas::{self, GemmType};
 
 /// The peers of one (shape, M).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -63,12 +63,14 @@ impl DensePeer {
         (m, n, k): (usize, usize, usize),
     ) -> Result<Timing> {
         let DensePeer { dtype, w, x, y } = self;
+        let types = (GemmType::of(*dtype), GemmType::of(*dtype));
+        let (x, w) = (x.as_view(), w.as_view());
         measure(
             clock,
             &BenchConfig::FINAL,
             None,
             || flusher.flush(stream),
-            || cuda::gemm(blas, stream, *dtype, (m, n, k), x, w, y),
+            || Ok(cublas::gemm(blas, stream, types, (m, n, k), &x, &w, &mut y.as_view_mut())?),
         )
     }
 }
