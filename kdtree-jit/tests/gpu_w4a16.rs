@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use kdtree_jit::w4a16::{self, Problem, W4a16, W4a16Kernel};
+use kdtree_jit::w4a16::{self, RandomGemm, W4a16, W4a16Kernel};
 use kdtree_jit::{Gpu, Target, Variant, compile_variant};
 
 /// (M, N, K in groups): odd N, M across tile boundaries, K not a multiple of bk for groups 32/64.
@@ -27,7 +27,7 @@ fn every_algo_group_dtype_and_acc_matches_the_reference() {
             if !w4a16::supports(v, m, n, k) {
                 continue;
             }
-            let p = Problem::random(m, n, k, v.group_size as usize, v.dtype, i as u64).expect("problem");
+            let p = RandomGemm::random(m, n, k, v.group_size as usize, v.dtype, i as u64).expect("problem");
             let y = kernel.gemm_host(&gpu, &p.x, m, &p.w).expect("runs");
             let err = p.error(v.dtype, &y);
             println!("{:60} m={m:4} n={n:4} k={k:5} error {err:.2e}", v.name());

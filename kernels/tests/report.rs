@@ -40,7 +40,7 @@ fn median_ms(k: &Kernels, flush: &mut CudaSlice<u8>, mut f: impl FnMut()) -> f64
 struct Row {
     kernel: &'static str,
     shape: String,
-    max_error: f32,
+    max_error: f64,
     /// (median ms, bytes moved, fraction of copy bandwidth)
     speed: Option<(f64, usize, f64)>,
 }
@@ -84,7 +84,7 @@ fn kernels_at_kimi_k2_sizes() {
         let ms = median_ms(k, &mut flush, || kdtree_kernels::argmax(k, &dx, VOCAB, &mut out).unwrap());
         let bytes = x.len() * 4;
         let got = s.clone_dtoh(&out).unwrap();
-        let wrong = got.iter().zip(&want).filter(|(a, b)| a != b).count() as f32;
+        let wrong = got.iter().zip(&want).filter(|(a, b)| a != b).count() as f64;
         rows.push(Row {
             kernel: "argmax",
             shape: format!("{n_rows} x {VOCAB}"),

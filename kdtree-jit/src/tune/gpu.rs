@@ -11,7 +11,7 @@ use super::flush::Flusher;
 use super::problem::{Problem, from_bits};
 use super::search::Runner;
 use crate::Gpu;
-use crate::w4a16::{self, GemmBuffers, W4a16, W4a16Kernel, check};
+use crate::w4a16::{self, GemmBuffers, W4a16, W4a16Kernel};
 
 /// One shape's inputs and outputs on the device, sized for the problem's largest M.
 pub struct ShapeBuffers {
@@ -75,7 +75,7 @@ impl Runner for W4a16Runner<'_> {
     }
 
     fn tolerance(&self, v: &W4a16) -> f64 {
-        check::tolerance(v) as f64
+        w4a16::tolerance(v)
     }
 
     fn prepare(&mut self, _: &W4a16) -> Result<()> {

@@ -7,7 +7,7 @@
 //! | which points are valid, and why not | [`rules::check`] |
 //! | the weight layout both algorithms read, and its CPU repack | [`layout`] |
 //! | a variant bound to its loaded function; grid, block, shared memory, split-K workspace | [`W4a16Kernel`] in [`launch`] |
-//! | tolerance against the CPU reference | [`check`] |
+//! | random problems and the tolerance against the CPU reference | [`accuracy`] |
 //!
 //! Three algorithms render from `templates/w4a16_{algo}.cu.tera`:
 //! - [`Algo::Mma`]: tensor-core tiles (`mma.sync` m16n8k16, `ldmatrix`, a `cp.async` pipeline), for
@@ -42,7 +42,7 @@
 //! # Ok(()) }
 //! ```
 
-pub mod check;
+pub mod accuracy;
 pub mod launch;
 pub mod layout;
 pub mod rules;
@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::AxisValue;
 
-pub use check::{Problem, relative_error, tolerance};
+pub use accuracy::{RandomGemm, tolerance};
 pub use launch::{GemmBuffers, W4a16Kernel, supports, workspace_len};
 pub use layout::{DeviceWeights, repack, unpack};
 pub use space::W4a16;
