@@ -9,12 +9,15 @@ use kdtree_jit::Gpu;
 use kdtree_jit::kernel::Kernels;
 use kdtree_quant::compare::Measure;
 
+pub fn gpu() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| Gpu::open(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}")))
+}
+
+/// The kernels, loaded on [`gpu`] (they launch on its stream).
 pub fn kernels() -> &'static Kernels {
     static KERNELS: OnceLock<Kernels> = OnceLock::new();
-    KERNELS.get_or_init(|| {
-        let gpu = Gpu::open(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
-        Kernels::load(&gpu, None).unwrap_or_else(|e| panic!("loading the kernels: {e}"))
-    })
+    KERNELS.get_or_init(|| Kernels::load(gpu(), None).unwrap_or_else(|e| panic!("loading the kernels: {e}")))
 }
 
 /// How the kernels' outputs are compared with the CPU ops': the workspace's one measure
