@@ -5,7 +5,7 @@
 //! |---|---|
 //! | the declared space (axes, names, templates) | [`W4a16`] in [`space`] |
 //! | which points are valid, and why not | [`rules::check`] |
-//! | the weight layout both algorithms read, and its CPU repack | [`layout`] |
+//! | the weight layout all three algorithms read, and its CPU repack | [`layout`] |
 //! | a variant bound to its loaded function; grid, block, shared memory, split-K workspace | [`W4a16Kernel`] in [`launch`] |
 //! | random problems and the tolerance against the CPU reference | [`accuracy`] |
 //!
