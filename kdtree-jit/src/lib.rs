@@ -58,7 +58,7 @@ pub mod error;
 pub mod kernel;
 pub mod probe;
 pub mod render;
-pub mod runtime;
+mod runtime;
 mod sys;
 pub mod tune;
 pub mod variant;

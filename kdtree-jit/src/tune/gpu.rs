@@ -14,7 +14,7 @@ use crate::Gpu;
 use crate::w4a16::{self, GemmBuffers, W4a16, W4a16Kernel};
 
 /// One shape's inputs and outputs on the device, sized for the problem's largest M.
-pub struct ShapeBuffers {
+pub(crate) struct ShapeBuffers {
     x: CudaSlice<u16>,
     packed: CudaSlice<u32>,
     scales: CudaSlice<u16>,
@@ -26,7 +26,7 @@ pub struct ShapeBuffers {
 
 impl ShapeBuffers {
     /// Uploads `problem` in the layout of `variants` (all of which must be for its group size and dtype).
-    pub fn upload(gpu: &Gpu, problem: &Problem, variants: &[W4a16]) -> Result<ShapeBuffers> {
+    pub(crate) fn upload(gpu: &Gpu, problem: &Problem, variants: &[W4a16]) -> Result<ShapeBuffers> {
         let (n, m_max) = (problem.weight.n, problem.m_max);
         let first = variants.first().ok_or_else(|| TuneError::Problem(format!("no variant for {}", problem.shape)))?;
         let repacked = w4a16::repack(first, &problem.weight)?;
@@ -45,13 +45,13 @@ impl ShapeBuffers {
 }
 
 /// Runs W4A16 variants on one (shape, M).
-pub struct W4a16Runner<'a> {
-    pub gpu: &'a Gpu,
-    pub problem: &'a Problem,
-    pub kernels: &'a HashMap<String, W4a16Kernel>,
-    pub buffers: &'a mut ShapeBuffers,
-    pub flusher: &'a mut Flusher,
-    pub m: usize,
+pub(crate) struct W4a16Runner<'a> {
+    pub(crate) gpu: &'a Gpu,
+    pub(crate) problem: &'a Problem,
+    pub(crate) kernels: &'a HashMap<String, W4a16Kernel>,
+    pub(crate) buffers: &'a mut ShapeBuffers,
+    pub(crate) flusher: &'a mut Flusher,
+    pub(crate) m: usize,
 }
 
 impl Runner for W4a16Runner<'_> {

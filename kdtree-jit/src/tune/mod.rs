@@ -9,7 +9,7 @@
 //! | run once, compare with the reference | [`gate`] |
 //! | time: warm-up, flush, median and spread | [`clock`], [`bench`] |
 //! | gate, screen, time the finalists (GPU-free core) | [`search`] |
-//! | the W4A16 candidates on the GPU | [`gpu`] |
+//! | the W4A16 candidates on the GPU | `gpu` |
 //! | the device side of a run: compile once, then every M of a shape | [`session`] |
 //! | a whole run as one call: plan, compile, tune, save; a deadline | [`run`] |
 //! | cuBLAS and copy bandwidth in the same run | [`peers`] |
@@ -40,7 +40,7 @@ pub mod env;
 pub mod error;
 pub mod flush;
 pub mod gate;
-pub mod gpu;
+mod gpu;
 pub mod key;
 pub mod peers;
 pub mod plot;

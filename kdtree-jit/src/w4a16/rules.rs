@@ -7,13 +7,13 @@ use crate::w4a16::{Acc, Algo, W4a16};
 use crate::{Invalid, Target};
 
 /// Columns of one weight tile of the layout: what one warp owns.
-pub const TILE_N: u32 = 64;
+pub(crate) const TILE_N: u32 = 64;
 /// K of one weight tile: one mma k-step, one 16-byte vector per lane.
-pub const TILE_K: u32 = 16;
+pub(crate) const TILE_K: u32 = 16;
 
 /// Dynamic shared memory of a launch, in bytes: the mma or stream pipelines (or the cross-warp
 /// reduction, whichever is larger), or the gemv cross-warp reduction. Mirrors the templates' constants.
-pub fn shared_bytes(v: &W4a16) -> usize {
+pub(crate) fn shared_bytes(v: &W4a16) -> usize {
     let (bm, bn, bk, warps) = (v.bm as usize, v.bn as usize, v.bk as usize, v.warps as usize);
     let column_reduction = warps * bm * TILE_N as usize * 4;
     match v.algo {
