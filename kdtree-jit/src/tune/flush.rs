@@ -16,7 +16,8 @@ use super::error::Result;
 use crate::{Arch, Compiled, Gpu};
 
 /// How the L2 is evicted before each timed rep.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum FlushMode {
     /// Read a buffer four times the L2 (the L2 is left clean).

@@ -14,7 +14,7 @@
 //! | a whole run as one call: plan, compile, tune, save; a deadline | [`run`] |
 //! | cuBLAS and copy bandwidth in the same run | [`peers`] |
 //! | results by problem and environment; stale ones refused | [`db`], [`env`] |
-//! | table, JSON, roofline picture | [`report`], [`plot`] |
+//! | table, JSON, roofline picture (the last with the `cli` feature) | [`report`], `plot` |
 //!
 //! The engine asks the DB (which it may fill first at startup, within a time budget, with
 //! [`run::tune`]):
@@ -43,6 +43,7 @@ pub mod gate;
 mod gpu;
 pub mod key;
 pub mod peers;
+#[cfg(feature = "cli")]
 pub mod plot;
 pub mod problem;
 pub mod prune;
