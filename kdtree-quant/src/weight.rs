@@ -13,7 +13,7 @@ pub fn check_group(tensor: &str, k: usize, group_size: usize) -> Result<()> {
     if !GROUP_SIZES.contains(&group_size) {
         return Err(QuantError::UnsupportedGroupSize { group_size });
     }
-    if k % group_size != 0 {
+    if !k.is_multiple_of(group_size) {
         return Err(QuantError::KNotMultipleOfGroup { tensor: tensor.into(), k, group_size });
     }
     Ok(())

@@ -58,7 +58,7 @@ fn unsupported(v: &W4a16, m: usize, n: usize, k: usize) -> Option<String> {
     let int = |x: usize| i32::try_from(x).is_ok();
     if m == 0 || n == 0 || k == 0 {
         Some(format!("empty product {m} x {n} x {k}"))
-    } else if k % g != 0 {
+    } else if !k.is_multiple_of(g) {
         Some(format!("K = {k} is not a multiple of the group size {g}"))
     } else if v.algo.has_row_limit() && m > v.bm as usize {
         Some(format!("{} with bm = {} computes at most {} rows, not {m}", v.algo.as_str(), v.bm, v.bm))
