@@ -6,7 +6,7 @@
 //! | symmetric int4, one scale per (row, group of K) | [`QuantizedWeight`] |
 //! | compressed-tensors `pack-quantized` bit layout | [`int4`] |
 //! | safetensors files of such weights | [`SafetensorsFile`], [`write_file`] |
-//! | the CPU oracle `Y = X · dequant(W)ᵀ` | [`reference`] |
+//! | the CPU oracle `Y = X · dequant(W)ᵀ` | [`reference`](mod@reference) |
 //! | seeded sample data for tests and gates | [`sample`] |
 //! | the error measure every output is checked with | [`compare`] |
 //!

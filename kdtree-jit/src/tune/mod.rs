@@ -7,13 +7,13 @@
 //! | the random problem and its CPU reference | [`problem`] |
 //! | the L2 flush between reps (a read: a write would tax the timed kernel) | [`flush`] |
 //! | run once, compare with the reference | [`gate`] |
-//! | time: warm-up, flush, median and spread | [`clock`], [`bench`] |
+//! | time: warm-up, flush, median and spread | [`clock`], [`bench`](mod@bench) |
 //! | gate, screen, time the finalists (GPU-free core) | [`search`] |
 //! | the W4A16 candidates on the GPU | `gpu` |
 //! | the device side of a run: compile once, then every M of a shape | [`session`] |
 //! | a whole run as one call: plan, compile, tune, save; a deadline | [`run`] |
 //! | cuBLAS and copy bandwidth in the same run | [`peers`] |
-//! | results by problem and environment; stale ones refused | [`db`], [`env`] |
+//! | results by problem and environment; stale ones refused | [`db`], [`env`](mod@env) |
 //! | table, JSON, roofline picture (the last with the `cli` feature) | [`report`], `plot` |
 //!
 //! The engine asks the DB (which it may fill first at startup, within a time budget, with
