@@ -20,9 +20,10 @@ use kdtree_jit::tune::db::{Entry, TuningDb};
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::tune::key::{ProblemKey, Shape};
 use kdtree_jit::tune::peers::Peers;
-use kdtree_jit::w4a16::{self, Acc, Algo, Problem, W4a16};
+use kdtree_jit::w4a16::{Acc, Algo, RandomGemm, W4a16, W4a16Kernel};
 use kdtree_jit::{Arch, Gpu, Target, Variant, compile_variant};
 use kdtree_quant::Dtype;
+use kdtree_quant::compare::Measure;
 
 /// The tiny model's INT4 expert shapes: gate and up stacked [64, 64] and down [64, 32], group 32,
 /// bf16 scales.
@@ -139,17 +140,15 @@ fn bits(x: &[f32]) -> Vec<u32> {
     x.iter().map(|v| v.to_bits()).collect()
 }
 
-/// How far the CUDA backend's logits may be from the CPU's, relative to the largest logit. On the
+/// How far the CUDA backend's logits may be from the CPU's, relative to the largest logit
+/// ([`MEASURE`], the workspace's one measure, norm-wise without a floor). On the
 /// GPU every linear rounds its input to bf16 (eps / 2), and the INT4 ones their output too; about
 /// ten roundings of eps / 2 lie between the embedding and the logits along the longest chain (q,
 /// kv, o, gate/up, down in each layer, diluted by the residual stream, which stays f32): 8 eps bounds
 /// it with room to spare, and is still far below a wrong op's error (O(1) of the logits' scale).
-const TOLERANCE: f32 = 8.0 * 0.0078125;
+const TOLERANCE: f64 = 8.0 * 0.0078125;
 
-fn relative_error(a: &[f32], reference: &[f32]) -> f32 {
-    let scale = reference.iter().fold(0f32, |m, r| m.max(r.abs()));
-    a.iter().zip(reference).fold(0f32, |m, (x, r)| m.max((x - r).abs())) / scale
-}
+const MEASURE: Measure = Measure::whole(0.0);
 
 #[test]
 #[ignore = "needs a GPU"]
@@ -165,7 +164,7 @@ fn cuda_logits_match_the_cpu_backend_within_bf16_rounding() {
         // per-shape W4A16 plans, which only the INT4 linears would need; the tiny models have none.
         assert!(shapes.is_empty(), "no per-shape plans for grouped experts: {shapes:?}");
         let (_, logits) = prefill(model, &prompt);
-        let err = relative_error(&logits, &reference);
+        let err = MEASURE.error(&logits, &reference);
         println!("{name}: CUDA vs CPU logits, max |diff| / max |logit| = {err:.2e} (tolerance {TOLERANCE:.2e})");
         assert!(err <= TOLERANCE, "{name}: {err:.3e}");
     }
@@ -280,13 +279,13 @@ fn ddtree_equals_greedy_token_for_token_on_cuda() {
 fn w4a16_kernels_compute_each_row_independently_of_the_others_bitwise() {
     let gpu = Gpu::open(0).expect("a GPU");
     for v in row_test_variants() {
-        let f = gpu.load(&compile_variant(&v, gpu.arch, None).expect("compiles")).expect("loads");
+        let kernel =
+            W4a16Kernel::load(&gpu, v, &compile_variant(&v, gpu.arch, None).expect("compiles")).expect("loads");
         let (n, k) = (200, 13 * 32);
         let m = if v.algo.has_row_limit() { v.bm as usize } else { 37 };
-        let p = Problem::random(m, n, k, 32, v.dtype, 5).expect("problem");
-        let all = w4a16::gemm_host(&gpu, &f, &v, &p.x, m, &p.w).expect("runs");
-        let rows =
-            |from: usize, to: usize| w4a16::gemm_host(&gpu, &f, &v, &p.x[from * k..to * k], to - from, &p.w).unwrap();
+        let p = RandomGemm::random(m, n, k, 32, v.dtype, 5).expect("problem");
+        let all = kernel.gemm_host(&gpu, &p.x, m, &p.w).expect("runs");
+        let rows = |from: usize, to: usize| kernel.gemm_host(&gpu, &p.x[from * k..to * k], to - from, &p.w).unwrap();
         for r in 0..m {
             assert_eq!(rows(r, r + 1), all[r * n..(r + 1) * n], "{}: row {r} alone", v.name());
         }

@@ -9,6 +9,7 @@ use kdtree_engine::model::Routing;
 use kdtree_engine::registry::{
     Backend, DenseValues, DenseWeight, Heads, HostExperts, HostLinear, KvStore, RopeLayout, RopeSpan,
 };
+use kdtree_quant::compare::Measure;
 use kdtree_quant::sample::symmetric;
 use kdtree_quant::{Dtype, QuantizedWeight};
 
@@ -20,11 +21,9 @@ const F32_BOUND: f32 = 1e-5;
 const BF16_BOUND: f32 = 4.0 * 0.0039;
 const MOE_BOUND: f32 = 8.0 * 0.0039;
 
-fn relative_error(a: &[f32], reference: &[f32]) -> f32 {
-    assert_eq!(a.len(), reference.len(), "lengths");
-    let scale = reference.iter().fold(0f32, |m, r| m.max(r.abs())).max(f32::MIN_POSITIVE);
-    a.iter().zip(reference).fold(0f32, |m, (x, r)| m.max((x - r).abs())) / scale
-}
+/// The workspace's one measure ([`kdtree_quant::compare`]), norm-wise: `max |gpu - cpu| / max |cpu|`;
+/// the smallest positive floor, so that an all-zero reference demands an exact result.
+const MEASURE: Measure = Measure::whole(f32::MIN_POSITIVE);
 
 fn cuda() -> CudaBackend {
     let options = CudaOptions {
@@ -46,9 +45,9 @@ fn int4(n: usize, k: usize, seed: u64) -> HostLinear {
 }
 
 fn check(name: &str, cpu: Vec<f32>, gpu: Vec<f32>, bound: f32) {
-    let err = relative_error(&gpu, &cpu);
+    let err = MEASURE.error(&gpu, &cpu);
     println!("{name:<28} max |gpu - cpu| / max |cpu| = {err:.2e} (bound {bound:.1e})");
-    assert!(err <= bound, "{name}: {err:.3e} > {bound:.1e}");
+    assert!(err <= f64::from(bound), "{name}: {err:.3e} > {bound:.1e}");
 }
 
 /// One op's inputs uploaded to a backend and its output read back, written once for both.

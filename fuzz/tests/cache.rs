@@ -3,7 +3,7 @@
 //! miss or unusable, and never panics.
 
 use kdtree_fuzz::mutate::{byte_edits, cases};
-use kdtree_jit::cache::{CacheKey, Entry, Lookup};
+use kdtree_jit::cache::{CacheKey, CacheLookup, CachedCubin};
 use kdtree_jit::{Arch, Cache, KernelStats};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Run, TestRunner};
@@ -14,7 +14,7 @@ fn damaged_cache_entries_are_never_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let cache = Cache::open(dir.path()).unwrap();
     let key = CacheKey::new("k", "src", &[], (13, 0), Arch(90));
-    let entry = Entry { stats: KernelStats { registers: 40, ..KernelStats::default() }, cubin: vec![7; 300] };
+    let entry = CachedCubin { stats: KernelStats { registers: 40, ..KernelStats::default() }, cubin: vec![7; 300] };
     cache.put(&key, &entry).unwrap();
     let original = std::fs::read(cache.path(&key)).unwrap();
     let strategy = (byte_edits(), prop::option::of(any::<u32>()), any::<bool>());
@@ -30,7 +30,7 @@ fn damaged_cache_entries_are_never_a_panic() {
             file.extend_from_slice(&body);
             std::fs::write(cache.path(&key), &file).unwrap();
             match cache.get(&key) {
-                Lookup::Hit(_) | Lookup::Miss | Lookup::Unusable(_) => Ok(()),
+                CacheLookup::Hit(_) | CacheLookup::Miss | CacheLookup::Unusable(_) => Ok(()),
             }
         })
         .unwrap();

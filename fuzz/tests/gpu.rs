@@ -3,7 +3,7 @@
 //! `cargo test --release -p kdtree-fuzz --test gpu -- --ignored`.
 
 use kdtree_fuzz::shapes;
-use kdtree_jit::w4a16::{self, Problem, W4a16};
+use kdtree_jit::w4a16::{self, RandomGemm, W4a16, W4a16Kernel};
 use kdtree_jit::{Gpu, Target, Variant, compile_all};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -16,13 +16,13 @@ fn every_valid_variant_matches_the_reference() {
     let compiled = compile_all(&variants, gpu.arch, None, |_| {});
     let mut checked = 0;
     for (v, c) in compiled {
-        let f = gpu.load(&c.expect("every valid variant compiles")).expect("loads");
+        let kernel = W4a16Kernel::load(&gpu, v, &c.expect("every valid variant compiles")).expect("loads");
         let g = v.group_size as usize;
         // One runner per variant: a runner counts its cases across runs.
         TestRunner::new(Config { cases: 6, failure_persistence: None, ..Config::default() })
             .run(&(shapes(&v), any::<u64>()), |((m, n, k), seed)| {
-                let p = Problem::random(m, n, k, g, v.dtype, seed).expect("problem");
-                let y = w4a16::gemm_host(&gpu, &f, &v, &p.x, m, &p.w).expect("runs");
+                let p = RandomGemm::random(m, n, k, g, v.dtype, seed).expect("problem");
+                let y = kernel.gemm_host(&gpu, &p.x, m, &p.w).expect("runs");
                 let err = p.error(v.dtype, &y);
                 prop_assert!(err <= w4a16::tolerance(&v), "{} at {m}x{n}x{k}: error {err:.2e}", v.name());
                 Ok(())

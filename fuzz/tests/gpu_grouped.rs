@@ -6,7 +6,7 @@
 use kdtree_jit::w4a16::grouped::{
     GroupedKernel, W4a16Grouped, XRows, align, grouped_host, grouped_reference, sample_routing,
 };
-use kdtree_jit::w4a16::{self, Problem};
+use kdtree_jit::w4a16::accuracy::{RandomGemm, bits_error, tolerance};
 use kdtree_jit::{Gpu, Target, Variant, compile_all};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -27,24 +27,24 @@ fn every_valid_grouped_variant_matches_the_reference() {
                 let (top_k, k) = (top_k.min(experts), groups * g);
                 let ids = sample_routing(tokens, experts, top_k, skew, None, seed);
                 let a = align(&ids, experts, v.bm as usize);
-                // Experts' weights and X from one random problem per expert (Problem::random's data).
+                // Experts' weights and X from one random problem per expert (RandomGemm::random's data).
                 let x_rows = if gather { tokens } else { ids.len() };
-                let px = Problem::random(x_rows, 1, k, g, v.dtype, seed).expect("x");
+                let px = RandomGemm::random(x_rows, 1, k, g, v.dtype, seed).expect("x");
                 let ws: Vec<_> = (0..experts)
-                    .map(|e| Problem::random(1, n, k, g, v.dtype, seed ^ (e as u64 + 1)).expect("w").w)
+                    .map(|e| RandomGemm::random(1, n, k, g, v.dtype, seed ^ (e as u64 + 1)).expect("w").w)
                     .collect();
                 let xf: Vec<f32> = px.x.iter().map(|&b| kdtree_quant::Scales { dtype: v.dtype, bits: vec![b] }.get(0)).collect();
                 let rows = if gather { XRows::Gather { index: &a.sorted, div: top_k } } else { XRows::Identity };
                 let want = grouped_reference(&xf, k, rows, &ws, &a).expect("reference");
                 let y = grouped_host(&gpu, &kernel, &px.x, k, rows, &ws, &a).expect("runs");
                 // Relative to the largest output, or where larger to the size of a sum of K products that
-                // does not cancel (as Problem::scale: few outputs may all have cancelled to near zero).
+                // does not cancel (as RandomGemm::scale: few outputs may all have cancelled to near zero).
                 let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
                 let x_norm = xf.chunks_exact(k).map(norm).fold(0f32, f32::max);
                 let w_norm = ws.iter().flat_map(|w| w.dequantize().chunks_exact(k).map(norm).collect::<Vec<_>>()).fold(0f32, f32::max);
                 let scale = want.iter().fold(x_norm * w_norm / (k as f32).sqrt(), |s, r| s.max(r.abs()));
-                let err = w4a16::relative_error(v.dtype, &y, &want, scale);
-                let tolerance = w4a16::tolerance(&v.stream());
+                let err = bits_error(v.dtype, &y, &want, scale);
+                let tolerance = tolerance(&v.stream());
                 prop_assert!(
                     err <= tolerance,
                     "{}: {tokens} tokens, top-{top_k} of {experts}, skew {skew:.1}, {n} x {k}, gather {gather}: error {err:.2e}",

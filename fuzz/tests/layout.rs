@@ -22,7 +22,7 @@ fn every_variant_layout_round_trips() {
         TestRunner::new(Config { cases: 4, ..Config::default() })
             .run(&strategy, |((_, n, k), seed)| {
                 cases.set(cases.get() + 1);
-                let p = w4a16::Problem::random(1, n, k, g, v.dtype, seed).expect("problem");
+                let p = w4a16::RandomGemm::random(1, n, k, g, v.dtype, seed).expect("problem");
                 let d = w4a16::repack(&v, &p.w).expect("repack");
                 let back: QuantizedWeight = w4a16::unpack(&v, &d, n, k).expect("unpack");
                 prop_assert_eq!(back, p.w, "{}", v.name());

@@ -29,7 +29,7 @@ impl Arch {
     }
 
     /// The arch of a device from its compute capability (major, minor).
-    pub fn from_capability(major: i32, minor: i32) -> Arch {
+    pub(crate) fn from_capability(major: i32, minor: i32) -> Arch {
         Arch((major * 10 + minor).unsigned_abs())
     }
 }

@@ -36,15 +36,15 @@ pub struct CacheKey(String);
 
 /// What a cache file holds besides the key.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub struct CachedCubin {
     pub stats: KernelStats,
     pub cubin: Vec<u8>,
 }
 
 /// The outcome of a lookup.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Lookup {
-    Hit(Entry),
+pub enum CacheLookup {
+    Hit(CachedCubin),
     Miss,
     /// An entry exists but cannot be used: why (corrupt, truncated, unreadable).
     Unusable(String),
@@ -98,18 +98,19 @@ impl Cache {
         self.dir.join(format!("{}.cubin", key.0))
     }
 
-    pub fn get(&self, key: &CacheKey) -> Lookup {
+    pub fn get(&self, key: &CacheKey) -> CacheLookup {
         let path = self.path(key);
-        let unusable = |why: String| Lookup::Unusable(format!("cache entry {} is {why}; recompiled", path.display()));
+        let unusable =
+            |why: String| CacheLookup::Unusable(format!("cache entry {} is {why}; recompiled", path.display()));
         match read_entry(&path) {
-            Ok(Some(bytes)) => decode(&bytes).map_or_else(|why| unusable(why.into()), Lookup::Hit),
-            Ok(None) => Lookup::Miss,
+            Ok(Some(bytes)) => decode(&bytes).map_or_else(|why| unusable(why.into()), CacheLookup::Hit),
+            Ok(None) => CacheLookup::Miss,
             Err(why) => unusable(why),
         }
     }
 
     /// Stores an entry atomically (a temporary file renamed into place).
-    pub fn put(&self, key: &CacheKey, entry: &Entry) -> Result<()> {
+    pub fn put(&self, key: &CacheKey, entry: &CachedCubin) -> Result<()> {
         let path = self.path(key);
         let io = |source| Error::Cache { path: path.clone(), source };
         let mut file = tempfile::NamedTempFile::new_in(&self.dir).map_err(io)?;
@@ -144,7 +145,7 @@ fn read_entry(path: &Path) -> std::result::Result<Option<Vec<u8>>, String> {
     }
 }
 
-fn encode(entry: &Entry) -> Vec<u8> {
+fn encode(entry: &CachedCubin) -> Vec<u8> {
     let metadata = serde_json::to_vec(&Metadata { stats: entry.stats }).expect("plain integers serialize");
     let mut body = Vec::with_capacity(4 + metadata.len() + entry.cubin.len());
     body.extend_from_slice(&(metadata.len() as u32).to_le_bytes());
@@ -155,7 +156,7 @@ fn encode(entry: &Entry) -> Vec<u8> {
     file
 }
 
-fn decode(file: &[u8]) -> std::result::Result<Entry, &'static str> {
+fn decode(file: &[u8]) -> std::result::Result<CachedCubin, &'static str> {
     const TRUNCATED: &str = "truncated";
     let (checksum, body) = file.split_at_checked(32).ok_or(TRUNCATED)?;
     if Sha256::digest(body).as_slice() != checksum {
@@ -164,5 +165,5 @@ fn decode(file: &[u8]) -> std::result::Result<Entry, &'static str> {
     let (length, rest) = body.split_first_chunk::<4>().ok_or(TRUNCATED)?;
     let (metadata, cubin) = rest.split_at_checked(u32::from_le_bytes(*length) as usize).ok_or(TRUNCATED)?;
     let metadata: Metadata = serde_json::from_slice(metadata).map_err(|_| "corrupt (bad metadata)")?;
-    Ok(Entry { stats: metadata.stats, cubin: cubin.to_vec() })
+    Ok(CachedCubin { stats: metadata.stats, cubin: cubin.to_vec() })
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{CacheKey, Entry, Lookup};
+use crate::cache::{CacheKey, CacheLookup, CachedCubin};
 use crate::{Arch, Cache, Error, Result, Variant, probe, render, sys};
 
 mod stats;
@@ -31,7 +31,7 @@ pub struct Compiled {
 }
 
 /// What every compile passes NVRTC besides the arch: C++17, and `ptxas -v` for [`KernelStats`].
-pub const OPTIONS: [&str; 2] = ["-std=c++17", "--ptxas-options=-v"];
+const OPTIONS: [&str; 2] = ["-std=c++17", "--ptxas-options=-v"];
 
 /// The full NVRTC option list for `arch`.
 pub fn options(arch: Arch) -> Vec<String> {
@@ -52,12 +52,12 @@ pub fn compile_source(name: &str, origin: &str, source: &str, arch: Arch, cache:
     let mut cache_error = None;
     if let Some(cache) = cache {
         match cache.get(&key) {
-            Lookup::Hit(Entry { stats, cubin }) => {
+            CacheLookup::Hit(CachedCubin { stats, cubin }) => {
                 let compile_time = start.elapsed();
                 return Ok(Compiled { name: name.into(), arch, cubin, stats, compile_time, cached: true, cache_error });
             }
-            Lookup::Miss => {}
-            Lookup::Unusable(reason) => cache_error = Some(reason),
+            CacheLookup::Miss => {}
+            CacheLookup::Unusable(reason) => cache_error = Some(reason),
         }
     }
     let file_name = format!("{name}.cu");
@@ -81,7 +81,7 @@ pub fn compile_source(name: &str, origin: &str, source: &str, arch: Arch, cache:
     // A log without ptxas' report (seen with NVRTC 13.0) only leaves the stats unknown.
     let stats = KernelStats::parse(&output.log, name).unwrap_or_default();
     if let Some(cache) = cache
-        && let Err(e) = cache.put(&key, &Entry { stats, cubin: cubin.clone() })
+        && let Err(e) = cache.put(&key, &CachedCubin { stats, cubin: cubin.clone() })
     {
         cache_error = Some(e.to_string());
     }
@@ -119,7 +119,7 @@ pub fn compile_all<V: Variant>(
 
 /// The JSON form of a compile's outcome, as the CLI prints it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Report {
+pub struct CompileReport {
     pub name: String,
     pub arch: Arch,
     pub stats: KernelStats,
@@ -129,9 +129,9 @@ pub struct Report {
     pub cache_error: Option<String>,
 }
 
-impl From<&Compiled> for Report {
-    fn from(c: &Compiled) -> Report {
-        Report {
+impl From<&Compiled> for CompileReport {
+    fn from(c: &Compiled) -> CompileReport {
+        CompileReport {
             name: c.name.clone(),
             arch: c.arch,
             stats: c.stats,

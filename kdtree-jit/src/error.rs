@@ -1,4 +1,5 @@
-//! The one error type of kdtree-jit.
+//! The error type of kdtree-jit's core (probing, rendering, compiling, loading, launching); the
+//! tuner wraps it in its own, [`crate::tune::error::TuneError`].
 
 use std::path::PathBuf;
 
@@ -28,6 +29,9 @@ pub enum Error {
     #[error("{name} was compiled for {compiled}, the GPU is {device}")]
     WrongArch { name: String, compiled: Arch, device: Arch },
 
+    #[error("the loaded function `{function}` is not {variant}'s: a variant launches only its own kernel")]
+    WrongKernel { variant: String, function: String },
+
     #[error("`{0}` is not an arch: write it as sm_90 or 90")]
     Arch(String),
 
@@ -51,6 +55,9 @@ pub enum Error {
 
     #[error("CUDA driver: {0}")]
     Driver(#[from] cudarc::driver::DriverError),
+
+    #[error("cuBLAS: {0}")]
+    Cublas(#[from] cudarc::cublas::result::CublasError),
 
     #[error("cubin cache at {}: {source}", path.display())]
     Cache {

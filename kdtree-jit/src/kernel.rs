@@ -85,7 +85,7 @@ pub fn registered() -> Vec<&'static KernelDef> {
 }
 
 /// Compiles every registered kernel for `arch`, in parallel; also what runs without a GPU.
-pub fn compile_registered(arch: Arch, cache: Option<&Cache>) -> Vec<(&'static KernelDef, Result<Compiled>)> {
+pub(crate) fn compile_registered(arch: Arch, cache: Option<&Cache>) -> Vec<(&'static KernelDef, Result<Compiled>)> {
     registered().into_par_iter().map(|def| (def, def.compile(arch, cache))).collect()
 }
 

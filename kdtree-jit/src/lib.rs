@@ -10,6 +10,7 @@
 //! | the cubin cache on disk | [`Cache`] |
 //! | loading a cubin on the GPU | [`Gpu`] |
 //! | the W4A16 GEMM space, layout and launch | [`w4a16`] |
+//! | dense GEMMs by cuBLAS (the engine's, and the tuner's peers) | [`cublas`] |
 //!
 //! Declaring a space (the template is looked up only when rendering):
 //!
@@ -52,11 +53,12 @@ extern crate self as kdtree_jit;
 pub mod arch;
 pub mod cache;
 pub mod compile;
+pub mod cublas;
 pub mod error;
 pub mod kernel;
 pub mod probe;
 pub mod render;
-pub mod runtime;
+mod runtime;
 mod sys;
 pub mod tune;
 pub mod variant;

@@ -22,10 +22,10 @@ const PIP_LIB_DIR: &str = "nvidia/cu13/lib";
 
 /// The places to look for NVRTC, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NvrtcSearch {
-    pub dirs: Vec<PathBuf>,
+pub(crate) struct NvrtcSearch {
+    dirs: Vec<PathBuf>,
     /// Whether to fall back to the system loader path (`LD_LIBRARY_PATH`, ldconfig).
-    pub system: bool,
+    system: bool,
 }
 
 /// Where NVRTC was found.
@@ -37,7 +37,7 @@ pub enum NvrtcLocation {
 
 impl NvrtcSearch {
     /// `explicit` (a flag) or else `KDTREE_NVRTC_DIR`, alone; neither: the workspace, then the system.
-    pub fn from_env(explicit: Option<&Path>) -> NvrtcSearch {
+    pub(crate) fn from_env(explicit: Option<&Path>) -> NvrtcSearch {
         NvrtcSearch::choose(explicit, std::env::var_os(NVRTC_DIR_ENV).as_deref().map(Path::new))
     }
 
@@ -52,12 +52,12 @@ impl NvrtcSearch {
     }
 
     /// Only `dir`: the directory holding the library, or a `pip install --target` root.
-    pub fn explicit(dir: &Path) -> NvrtcSearch {
+    pub(crate) fn explicit(dir: &Path) -> NvrtcSearch {
         NvrtcSearch { dirs: vec![dir.to_owned(), dir.join(PIP_LIB_DIR)], system: false }
     }
 
     /// The first place that has NVRTC; loads nothing.
-    pub fn locate(&self) -> Result<NvrtcLocation> {
+    pub(crate) fn locate(&self) -> Result<NvrtcLocation> {
         if let Some(dir) = self.dirs.iter().find(|dir| dir.join(NVRTC_LIB).is_file()) {
             return Ok(NvrtcLocation::Dir(dir.clone()));
         }
@@ -108,7 +108,7 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
 }
 
 /// `Ok` when the CUDA driver library can be loaded.
-pub fn check_driver() -> Result<()> {
+pub(crate) fn check_driver() -> Result<()> {
     if sys::driver_present() {
         Ok(())
     } else {

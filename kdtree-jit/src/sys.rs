@@ -1,8 +1,13 @@
-//! The crate's only unsafe code: loading the CUDA libraries and calling NVRTC.
+//! The crate's raw calls into C: loading the CUDA libraries, NVRTC, and the driver's queries. The
+//! other unsafe blocks sit next to what they vouch for: each kernel launch beside its argument list
+//! ([`crate::w4a16::W4a16Kernel`], the tuner's L2 flush), cuBLAS in [`crate::cublas`], and the
+//! launchers `#[kernel]` generates.
 
-use std::ffi::{CString, c_char};
+use std::ffi::{CStr, CString, c_char};
 use std::path::Path;
 
+use cudarc::driver::CudaFunction;
+use cudarc::driver::sys as driver_sys;
 use cudarc::nvrtc::result as nvrtc;
 use cudarc::nvrtc::sys::{self as nvrtc_sys, nvrtcResult};
 use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
@@ -30,6 +35,31 @@ pub(crate) fn nvrtc_on_loader_path() -> bool {
 pub(crate) fn driver_present() -> bool {
     // SAFETY: as above.
     unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// The CUDA driver's version, e.g. 13000 for CUDA 13.0. Call only once the driver was found.
+pub(crate) fn driver_version() -> Result<i32> {
+    let mut version = 0;
+    // SAFETY: the call writes one int through a valid pointer; the library is loaded (the caller's
+    // precondition).
+    unsafe { driver_sys::cuDriverGetVersion(&mut version) }.result()?;
+    Ok(version)
+}
+
+/// The name of a loaded function, as its module has it; `None` from a driver older than CUDA 12.3,
+/// which cannot tell (and whose missing symbol cudarc would panic at).
+pub(crate) fn function_name(f: &CudaFunction) -> Result<Option<String>> {
+    if driver_version()? < 12030 {
+        return Ok(None);
+    }
+    let mut name: *const c_char = std::ptr::null();
+    // SAFETY: `f` keeps its module loaded, so its handle is valid; one valid out-pointer.
+    unsafe { driver_sys::cuFuncGetName(&mut name, f.cu_function()) }.result()?;
+    if name.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: a NUL-terminated string the driver owns while `f`'s module is loaded: copied here.
+    Ok(Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()))
 }
 
 /// NVRTC's (major, minor). Call only once NVRTC was found: cudarc panics otherwise.

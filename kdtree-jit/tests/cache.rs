@@ -1,7 +1,7 @@
 //! The cubin cache: a miss compiles and stores, a hit loads without compiling, a corrupt or truncated
 //! entry is reported and recompiled.
 
-use kdtree_jit::cache::{CacheKey, Entry, Lookup};
+use kdtree_jit::cache::{CacheKey, CacheLookup, CachedCubin};
 use kdtree_jit::{Arch, Cache, KernelStats, compile_source};
 
 const KERNEL: &str = r#"extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }"#;
@@ -69,13 +69,13 @@ fn keys_differ_with_every_input_and_entries_round_trip() {
 
     let dir = tempfile::tempdir().unwrap();
     let cache = Cache::open(&dir.path().join("nested/dir")).unwrap();
-    assert_eq!(cache.get(&base), Lookup::Miss);
-    let entry = Entry {
+    assert_eq!(cache.get(&base), CacheLookup::Miss);
+    let entry = CachedCubin {
         stats: KernelStats { registers: 40, shared_bytes: 512, ..KernelStats::default() },
         cubin: vec![7; 100],
     };
     cache.put(&base, &entry).unwrap();
-    assert_eq!(cache.get(&base), Lookup::Hit(entry));
+    assert_eq!(cache.get(&base), CacheLookup::Hit(entry));
 }
 
 #[cfg(unix)]
@@ -86,16 +86,16 @@ fn an_entry_that_is_not_a_regular_file_or_too_large_is_not_read() {
     let key = CacheKey::new("k", "src", &[], (13, 0), Arch(90));
     // A link to an endless file: read to the end, it would exhaust memory.
     std::os::unix::fs::symlink("/dev/zero", cache.path(&key)).unwrap();
-    let Lookup::Unusable(why) = cache.get(&key) else { panic!("a link to /dev/zero was used") };
+    let CacheLookup::Unusable(why) = cache.get(&key) else { panic!("a link to /dev/zero was used") };
     assert!(why.contains("not a regular file") && why.contains("recompiled"), "{why}");
     // Storing replaces the link itself, not what it points to.
-    let entry = Entry { stats: KernelStats::default(), cubin: vec![1, 2, 3] };
+    let entry = CachedCubin { stats: KernelStats::default(), cubin: vec![1, 2, 3] };
     cache.put(&key, &entry).unwrap();
-    assert_eq!(cache.get(&key), Lookup::Hit(entry));
+    assert_eq!(cache.get(&key), CacheLookup::Hit(entry));
 
     // A (sparse) file larger than any entry is refused by its size, unread.
     let file = std::fs::File::create(cache.path(&key)).unwrap();
     file.set_len(kdtree_jit::cache::MAX_ENTRY_BYTES + 1).unwrap();
-    let Lookup::Unusable(why) = cache.get(&key) else { panic!("an oversized entry was used") };
+    let CacheLookup::Unusable(why) = cache.get(&key) else { panic!("an oversized entry was used") };
     assert!(why.contains("larger than an entry may be"), "{why}");
 }

@@ -10,7 +10,8 @@ use std::collections::HashSet;
 use kdtree_jit::w4a16::grouped::{
     Alignment, GroupedKernel, W4a16Grouped, XRows, align, grouped_host, grouped_reference, sample_routing,
 };
-use kdtree_jit::w4a16::{self, relative_error};
+use kdtree_jit::w4a16::W4a16Kernel;
+use kdtree_jit::w4a16::accuracy::{bits_error, tolerance};
 use kdtree_jit::{Gpu, Target, Variant, compile_all};
 use kdtree_quant::sample::Uniform;
 use kdtree_quant::{Dtype, QuantizedWeight, Scales};
@@ -71,7 +72,7 @@ fn activations(len: usize, dtype: Dtype, seed: u64) -> (Vec<u16>, Vec<f32>) {
     (bits, values)
 }
 
-/// q uniform in [-8, 7], scales uniform in [0.005, 0.025] (as `w4a16::Problem`), one weight per expert.
+/// q uniform in [-8, 7], scales uniform in [0.005, 0.025] (as `RandomGemm::random`), one weight per expert.
 fn experts(count: usize, n: usize, k: usize, g: usize, dtype: Dtype, seed: u64) -> Vec<QuantizedWeight> {
     (0..count)
         .map(|e| {
@@ -83,7 +84,7 @@ fn experts(count: usize, n: usize, k: usize, g: usize, dtype: Dtype, seed: u64) 
         .collect()
 }
 
-/// What errors are relative to, as `w4a16::Problem::scale`: the largest reference output, or the size
+/// What errors are relative to, as `RandomGemm::scale`: the largest reference output, or the size
 /// of a sum of K products that does not cancel (largest row norm of X x largest column norm of W / sqrt(K)).
 fn scale(x: &[f32], k: usize, ws: &[QuantizedWeight], reference: &[f32]) -> f32 {
     let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
@@ -117,21 +118,21 @@ fn worst(dtype: Dtype, y: &[u16], reference: &[f32], n: usize, a: &Alignment) ->
 
 /// Runs `c` in both forms (gate-up: X [tokens, K] gathered by token; down: X [assignments, K] in
 /// sorted order); returns each form's relative error, or what went wrong.
-fn run(gpu: &Gpu, kernel: &GroupedKernel, c: &Case, seed: u64) -> Result<[f32; 2], String> {
+fn run(gpu: &Gpu, kernel: &GroupedKernel, c: &Case, seed: u64) -> Result<[f64; 2], String> {
     let v = kernel.variant();
     let (g, dtype) = (v.group_size as usize, v.dtype);
     let (n, k) = (c.n, c.groups * g);
     let ids = sample_routing(c.tokens, c.experts, c.top_k, c.skew, c.hot, seed);
     let a = align(&ids, c.experts, v.bm as usize);
     let ws = experts(c.experts, n, k, g, dtype, seed);
-    let mut errors = [0f32; 2];
+    let mut errors = [0f64; 2];
     for (form, x_rows) in [(0, c.tokens), (1, ids.len())] {
         let (xb, xf) = activations(x_rows * k, dtype, seed + 7 * form as u64 + 1);
         let rows = if form == 0 { XRows::Gather { index: &a.sorted, div: c.top_k } } else { XRows::Identity };
         let reference = grouped_reference(&xf, k, rows, &ws, &a).map_err(|e| e.to_string())?;
         let y = grouped_host(gpu, kernel, &xb, k, rows, &ws, &a).map_err(|e| e.to_string())?;
-        let err = relative_error(dtype, &y, &reference, scale(&xf, k, &ws, &reference));
-        let tolerance = w4a16::tolerance(&v.stream());
+        let err = bits_error(dtype, &y, &reference, scale(&xf, k, &ws, &reference));
+        let tolerance = tolerance(&v.stream());
         let what = if form == 0 { "gate-up (gathered rows)" } else { "down (sorted rows)" };
         if err.is_nan() || err > tolerance {
             return Err(format!(
@@ -223,7 +224,8 @@ fn rows_are_the_stream_variants_bit_for_bit() {
     for kernel in &kernels {
         let v = kernel.variant();
         let stream = v.stream();
-        let f = gpu.load(&kdtree_jit::compile_variant(&stream, gpu.arch, None).expect("compiles")).expect("loads");
+        let compiled = kdtree_jit::compile_variant(&stream, gpu.arch, None).expect("compiles");
+        let single = W4a16Kernel::load(&gpu, stream, &compiled).expect("loads");
         for (i, c) in [CASES[2], CASES[3], CASES[8]].iter().enumerate() {
             let (g, bm) = (v.group_size as usize, v.bm as usize);
             let (n, k) = (c.n, c.groups * g);
@@ -240,7 +242,7 @@ fn rows_are_the_stream_variants_bit_for_bit() {
                     let end = (start + bm).min(hi);
                     let x: Vec<u16> =
                         (start..end).flat_map(|r| &xb[rows.of(r) * k..(rows.of(r) + 1) * k]).copied().collect();
-                    let ys = w4a16::gemm_host(&gpu, &f, &stream, &x, end - start, w).expect("stream runs");
+                    let ys = single.gemm_host(&gpu, &x, end - start, w).expect("stream runs");
                     want[start * n..end * n].copy_from_slice(&ys);
                 }
             }
@@ -290,6 +292,6 @@ fn out_of_range_tiles_are_skipped() {
     let reference = grouped_reference(&xf, k, XRows::Identity, &ws, &a).unwrap();
     // The last bogus entry, clamped to row 7, recomputes it with expert 1, whose row it is anyway: every
     // row must still match.
-    let err = relative_error(Dtype::Bf16, &y, &reference, scale(&xf, k, &ws, &reference));
-    assert!(err <= w4a16::tolerance(&kernel.variant().stream()), "error {err:.2e}");
+    let err = bits_error(Dtype::Bf16, &y, &reference, scale(&xf, k, &ws, &reference));
+    assert!(err <= tolerance(&kernel.variant().stream()), "error {err:.2e}");
 }

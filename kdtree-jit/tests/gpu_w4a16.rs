@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use kdtree_jit::w4a16::{self, Problem, W4a16};
+use kdtree_jit::w4a16::{self, RandomGemm, W4a16, W4a16Kernel};
 use kdtree_jit::{Gpu, Target, Variant, compile_variant};
 
 /// (M, N, K in groups): odd N, M across tile boundaries, K not a multiple of bk for groups 32/64.
@@ -20,14 +20,15 @@ fn every_algo_group_dtype_and_acc_matches_the_reference() {
         valid.into_iter().filter(|v| seen.insert((v.algo, v.dtype, v.group_size, v.acc, v.split_k > 1))).collect();
     let mut failures = Vec::new();
     for v in &picked {
-        let f = gpu.load(&compile_variant(v, gpu.arch, None).expect("compiles")).expect("loads");
+        let kernel =
+            W4a16Kernel::load(&gpu, *v, &compile_variant(v, gpu.arch, None).expect("compiles")).expect("loads");
         for (i, &(m, n, groups)) in SHAPES.iter().enumerate() {
             let k = groups * v.group_size as usize;
             if !w4a16::supports(v, m, n, k) {
                 continue;
             }
-            let p = Problem::random(m, n, k, v.group_size as usize, v.dtype, i as u64).expect("problem");
-            let y = w4a16::gemm_host(&gpu, &f, v, &p.x, m, &p.w).expect("runs");
+            let p = RandomGemm::random(m, n, k, v.group_size as usize, v.dtype, i as u64).expect("problem");
+            let y = kernel.gemm_host(&gpu, &p.x, m, &p.w).expect("runs");
             let err = p.error(v.dtype, &y);
             println!("{:60} m={m:4} n={n:4} k={k:5} error {err:.2e}", v.name());
             if err > w4a16::tolerance(v) {
@@ -38,4 +39,17 @@ fn every_algo_group_dtype_and_acc_matches_the_reference() {
     // 3 groups x (mma and gemv: 2 f32-acc dtypes x with/without split-K + f16 acc; stream: f32 acc only)
     assert_eq!(picked.len(), 3 * (2 * 5 + 4));
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_variant_binds_only_its_own_function() {
+    let gpu = Gpu::open(0).expect("a GPU");
+    let valid = W4a16::valid(&Target { arch: gpu.arch });
+    let (own, other) = (valid[0], valid[1]);
+    let compiled = compile_variant(&own, gpu.arch, None).expect("compiles");
+    let kernel = W4a16Kernel::load(&gpu, own, &compiled).expect("its own function binds");
+    assert_eq!(kernel.variant(), &own);
+    let err = W4a16Kernel::load(&gpu, other, &compiled).expect_err("another variant's function does not");
+    assert!(matches!(err, kdtree_jit::Error::WrongKernel { .. }), "{err}");
 }

@@ -1,7 +1,7 @@
 //! The gate with the W4A16 tolerance table against simulated kernels: arithmetic a correct kernel
 //! may do passes, the bugs a wrong kernel has do not.
 
-use kdtree_jit::tune::gate::check;
+use kdtree_jit::tune::gate::pass;
 use kdtree_jit::tune::key::Shape;
 use kdtree_jit::tune::problem::Problem;
 use kdtree_jit::w4a16::{self, Acc, Algo, W4a16};
@@ -10,7 +10,7 @@ use kdtree_quant::Dtype;
 fn tolerance(dtype: Dtype, acc: Acc) -> f64 {
     let v =
         W4a16 { algo: Algo::Mma, dtype, group_size: 32, acc, bm: 16, bn: 64, bk: 128, warps: 4, stages: 4, split_k: 1 };
-    w4a16::tolerance(&v) as f64
+    w4a16::tolerance(&v)
 }
 
 const M: usize = 8;
@@ -57,7 +57,7 @@ fn correct_kernel_arithmetic_passes_for_every_dtype_and_accumulation() {
             let p = problem(dtype, k);
             let tol = tolerance(dtype, acc);
             for split in [1, 4] {
-                if let Err(e) = check(&simulate(&p, acc, split, None), p.reference(M), tol) {
+                if let Err(e) = pass(&simulate(&p, acc, split, None), p.reference(M), tol) {
                     panic!("{dtype} {acc:?} K={k} split {split}: {e}");
                 }
             }
@@ -71,16 +71,16 @@ fn kernel_bugs_are_rejected() {
     let tol = tolerance(Dtype::Bf16, Acc::F32);
     let good = simulate(&p, Acc::F32, 1, None);
     let reference = p.reference(M);
-    assert!(check(&simulate(&p, Acc::F32, 1, Some(100)), reference, tol).is_err(), "one group of 224 left out");
+    assert!(pass(&simulate(&p, Acc::F32, 1, Some(100)), reference, tol).is_err(), "one group of 224 left out");
     let mut swapped = good.clone();
     swapped.swap(5, 6);
-    assert!(check(&swapped, reference, tol).is_err(), "two columns swapped");
+    assert!(pass(&swapped, reference, tol).is_err(), "two columns swapped");
     let mut nan = good.clone();
     nan[77] = f32::NAN;
-    let e = check(&nan, reference, tol).unwrap_err();
+    let e = pass(&nan, reference, tol).unwrap_err();
     assert_eq!(e.index, 77);
-    assert!(check(&good[1..], reference, tol).is_err(), "short output");
-    assert!(check(&vec![0.0; good.len()], reference, tol).is_err(), "a kernel that wrote nothing");
+    assert!(pass(&good[1..], reference, tol).is_err(), "short output");
+    assert!(pass(&vec![0.0; good.len()], reference, tol).is_err(), "a kernel that wrote nothing");
 }
 
 #[test]

@@ -1,9 +1,36 @@
 //! The tuner's core with a fake clock and fake candidates: no GPU needed.
 
+use std::cell::Cell;
+use std::rc::Rc;
+
 use kdtree_jit::tune::bench::BenchConfig;
-use kdtree_jit::tune::clock::FakeClock;
+use kdtree_jit::tune::clock::Clock;
 use kdtree_jit::tune::error::{Result, TuneError};
 use kdtree_jit::tune::search::{Runner, SearchConfig, search};
+
+/// A clock that reads a shared counter of microseconds; fake work advances it with [`FakeClock::advance`].
+#[derive(Clone, Default)]
+struct FakeClock {
+    now: Rc<Cell<f64>>,
+}
+
+impl FakeClock {
+    fn advance(&self, us: f64) {
+        self.now.set(self.now.get() + us);
+    }
+}
+
+impl Clock for FakeClock {
+    type Mark = f64;
+
+    fn mark(&mut self) -> Result<f64> {
+        Ok(self.now.get())
+    }
+
+    fn elapsed_us(&mut self, from: &f64, to: &f64) -> Result<f64> {
+        Ok(to - from)
+    }
+}
 
 /// A fake kernel: how long it takes, and whether its output is right.
 #[derive(Clone, Debug)]

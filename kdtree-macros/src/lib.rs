@@ -3,6 +3,7 @@
 //! | macro | what it declares |
 //! |---|---|
 //! | [`variant_space!`] | a space of kernel variants: axes, their values, a name and template pattern, a validity rule |
+//! | [`#[kernel]`](macro@kernel) | a typed launcher for one CUDA kernel (inline, a file or a template), its signature checked against the source and registered to be compiled at startup |
 
 use proc_macro::TokenStream;
 

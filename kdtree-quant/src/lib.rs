@@ -1,4 +1,5 @@
-//! The INT4 weight format of kdtree and its CPU reference GEMM.
+//! The INT4 weight format of kdtree, its CPU reference GEMM, and how outputs are compared with a
+//! reference.
 //!
 //! | concept | where |
 //! |---|---|
@@ -7,6 +8,7 @@
 //! | safetensors files of such weights | [`SafetensorsFile`], [`write_file`] |
 //! | the CPU oracle `Y = X · dequant(W)ᵀ` | [`reference`](mod@reference) |
 //! | seeded sample data for tests and gates | [`sample`] |
+//! | the error measure every output is checked with | [`compare`] |
 //!
 //! ```
 //! use kdtree_quant::{Dtype, QuantizedWeight, reference};
@@ -22,6 +24,7 @@
 //! ```
 
 pub mod checkpoint;
+pub mod compare;
 pub mod dtype;
 pub mod error;
 mod header;

@@ -2,7 +2,8 @@
 //! Tolerances:
 //! - rope_strided: bit for bit; the kernel rounds the products and the sum separately as the CPU does.
 //! - kv_append: exact, a copy.
-//! - attention_tree: 1e-5 as max |gpu - cpu| / (1 + |cpu|). The two sum q·k, the softmax and the weighted
+//! - attention_tree: 1e-5 as max |gpu - cpu| / max(1, |cpu|) ([`common::MEASURE`]; outputs are averages of
+//!   values in [-1, 1], so this is the absolute error). The two sum q·k, the softmax and the weighted
 //!   values in different orders (lanes and a running softmax against left to right); a transcription of
 //!   the kernel's order in f32 differs from the CPU op by about 1e-7 here, so 1e-5 leaves a wide margin
 //!   while a wrong key, weight or mask bit shows as 1e-2 or more.

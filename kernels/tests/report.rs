@@ -1,14 +1,19 @@
 //! One run at Kimi K2's sizes (hidden 7168, vocabulary 163840): each kernel's max error against the CPU
 //! op, and for RMSNorm and argmax the bandwidth they reach as a fraction of a device-to-device copy's,
-//! measured in the same run. Prints a table; run with `--ignored --nocapture`.
+//! measured in the same run, both with the tuner's harness (kdtree-jit's `tune`: CUDA events, the L2
+//! evicted by a read before each rep, the median of the reps). Prints a table; run with
+//! `--ignored --nocapture`.
 
 mod common;
 
-use common::{kernels, max_error};
-use cudarc::driver::CudaSlice;
-use cudarc::driver::sys::CUevent_flags;
+use common::{gpu, kernels, max_error};
+use cudarc::driver::sys::CUdevice_attribute;
 use kdtree_engine::ops::cpu;
-use kdtree_jit::kernel::Kernels;
+use kdtree_jit::Gpu;
+use kdtree_jit::tune::bench::{BenchConfig, measure};
+use kdtree_jit::tune::clock::CudaClock;
+use kdtree_jit::tune::flush::{FlushMode, Flusher};
+use kdtree_jit::tune::peers;
 
 const HIDDEN: usize = 7168;
 const VOCAB: usize = 163840;
@@ -18,29 +23,40 @@ fn values(len: usize, scale: f32) -> Vec<f32> {
     (0..len).map(|i| ((i.wrapping_mul(2654435761) % 100_003) as f32 / 100_003.0 * 2.0 - 1.0) * scale).collect()
 }
 
-/// Median time in ms of `f` over REPS runs after a warm-up, each preceded by a write of `flush` (larger
-/// than the 50 MB L2) so that no run reads its inputs from cache.
-fn median_ms(k: &Kernels, flush: &mut CudaSlice<u8>, mut f: impl FnMut()) -> f64 {
-    let s = k.stream();
-    let mut times = Vec::with_capacity(REPS);
-    for rep in 0..REPS + 3 {
-        s.memset_zeros(flush).unwrap();
-        let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-        f();
-        let end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).unwrap();
-        let ms = start.elapsed_ms(&end).unwrap() as f64;
-        if rep >= 3 {
-            times.push(ms);
-        }
+/// Three untimed runs, then REPS timed ones.
+const TIMING: BenchConfig = BenchConfig { warmup: 3, reps: REPS as u32, batch: 10, give_up: f64::INFINITY };
+
+/// The tuner's clock and L2 flush on the kernels' GPU.
+struct Harness {
+    gpu: &'static Gpu,
+    clock: CudaClock,
+    flusher: Flusher,
+}
+
+impl Harness {
+    fn new(gpu: &'static Gpu) -> Harness {
+        let sms =
+            gpu.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap().max(1) as u32;
+        let flusher = Flusher::new(gpu, FlushMode::Read, sms).unwrap();
+        Harness { gpu, clock: CudaClock::new(gpu.stream.clone()), flusher }
     }
-    times.sort_by(f64::total_cmp);
-    times[REPS / 2]
+
+    /// Median time in ms of `f` over REPS runs after a warm-up, the L2 evicted before each.
+    fn median_ms(&mut self, mut f: impl FnMut()) -> f64 {
+        let Harness { gpu, clock, flusher } = self;
+        let flush = || flusher.flush(&gpu.stream);
+        let run = || {
+            f();
+            Ok(())
+        };
+        measure(clock, &TIMING, None, flush, run).unwrap().median_us / 1e3
+    }
 }
 
 struct Row {
     kernel: &'static str,
     shape: String,
-    max_error: f32,
+    max_error: f64,
     /// (median ms, bytes moved, fraction of copy bandwidth)
     speed: Option<(f64, usize, f64)>,
 }
@@ -50,12 +66,9 @@ struct Row {
 fn kernels_at_kimi_k2_sizes() {
     let k = kernels();
     let s = k.stream();
-    let mut flush = s.alloc_zeros::<u8>(256 << 20).unwrap();
-    let copy_bytes = 1usize << 30;
-    let src = s.alloc_zeros::<u8>(copy_bytes).unwrap();
-    let mut dst = s.alloc_zeros::<u8>(copy_bytes).unwrap();
-    let copy_ms = median_ms(k, &mut flush, || s.memcpy_dtod(&src, &mut dst).unwrap());
-    let copy_gbs = 2.0 * copy_bytes as f64 / copy_ms / 1e6;
+    let mut harness = Harness::new(gpu());
+    // The tuner's copy peer: a 1 GiB device-to-device copy, read plus write bytes.
+    let copy_gbs = peers::copy_bandwidth(s, &mut harness.clock).unwrap();
     let fraction = |ms: f64, bytes: usize| bytes as f64 / ms / 1e6 / copy_gbs;
     let mut rows = Vec::new();
 
@@ -65,7 +78,7 @@ fn kernels_at_kimi_k2_sizes() {
         cpu::rmsnorm(&x, &w, 1e-6, &mut want);
         let (dx, dw) = (s.clone_htod(&x).unwrap(), s.clone_htod(&w).unwrap());
         let mut out = s.alloc_zeros::<f32>(x.len()).unwrap();
-        let ms = median_ms(k, &mut flush, || kdtree_kernels::rmsnorm(k, &dx, &dw, 1e-6, &mut out).unwrap());
+        let ms = harness.median_ms(|| kdtree_kernels::rmsnorm(k, &dx, &dw, 1e-6, &mut out).unwrap());
         let bytes = 2 * x.len() * 4 + HIDDEN * 4;
         let got = s.clone_dtoh(&out).unwrap();
         rows.push(Row {
@@ -81,10 +94,10 @@ fn kernels_at_kimi_k2_sizes() {
         let want = cpu::argmax(&x, VOCAB);
         let dx = s.clone_htod(&x).unwrap();
         let mut out = s.alloc_zeros::<u32>(n_rows).unwrap();
-        let ms = median_ms(k, &mut flush, || kdtree_kernels::argmax(k, &dx, VOCAB, &mut out).unwrap());
+        let ms = harness.median_ms(|| kdtree_kernels::argmax(k, &dx, VOCAB, &mut out).unwrap());
         let bytes = x.len() * 4;
         let got = s.clone_dtoh(&out).unwrap();
-        let wrong = got.iter().zip(&want).filter(|(a, b)| a != b).count() as f32;
+        let wrong = got.iter().zip(&want).filter(|(a, b)| a != b).count() as f64;
         rows.push(Row {
             kernel: "argmax",
             shape: format!("{n_rows} x {VOCAB}"),
@@ -160,7 +173,7 @@ fn kernels_at_kimi_k2_sizes() {
         });
     }
 
-    println!("device-to-device copy: {copy_gbs:.0} GB/s (read + write, 1 GiB, median of {REPS})");
+    println!("device-to-device copy: {copy_gbs:.0} GB/s (read + write, 1 GiB, the tuner's copy peer)");
     println!("{:<18} {:<26} {:>11} {:>10} {:>9} {:>9}", "kernel", "shape", "max error", "median us", "GB/s", "of copy");
     for r in &rows {
         let speed = r.speed.map_or(String::new(), |(ms, bytes, f)| {

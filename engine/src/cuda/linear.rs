@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice};
 use half::bf16;
-use kdtree_jit::w4a16::{self, GemmBuffers, W4a16};
+use kdtree_jit::cublas::{self, GemmType};
+use kdtree_jit::w4a16::{self, GemmBuffers, W4a16, W4a16Kernel};
 use kdtree_quant::{Dtype, QuantizedWeight};
 
 use super::CudaBackend;
@@ -21,21 +22,30 @@ use crate::registry::{DenseValues, DenseWeight};
 pub struct ShapeKernels {
     pub shape: WeightShape,
     pub plan: Plan,
-    functions: HashMap<W4a16, CudaFunction>,
+    /// Each variant bound to its loaded function, or why the function was not the variant's: an
+    /// error at the variant's first use, since building this cannot fail.
+    kernels: HashMap<W4a16, std::result::Result<W4a16Kernel, String>>,
 }
 
 impl ShapeKernels {
+    /// Binds each loaded function to its variant ([`W4a16Kernel::new`] checks it is the variant's).
     pub(super) fn new(shape: WeightShape, plan: Plan, functions: HashMap<W4a16, CudaFunction>) -> Self {
-        Self { shape, plan, functions }
+        let kernels =
+            functions.into_iter().map(|(v, f)| (v, W4a16Kernel::new(v, f).map_err(|e| e.to_string()))).collect();
+        Self { shape, plan, kernels }
     }
 
-    /// The variant for `m` rows and its function.
-    fn for_rows(&self, m: usize) -> Result<(&W4a16, &CudaFunction)> {
+    /// The kernel of the variant for `m` rows.
+    fn for_rows(&self, m: usize) -> Result<&W4a16Kernel> {
         let v = self.plan.variant_for(m);
-        let f = self.functions.get(v).ok_or_else(|| {
-            EngineError::InvalidArgument(format!("the kernel of {} was not loaded", kdtree_jit::Variant::name(v)))
-        })?;
-        Ok((v, f))
+        match self.kernels.get(v) {
+            Some(Ok(kernel)) => Ok(kernel),
+            Some(Err(reason)) => Err(EngineError::NoKernel { shape: self.shape.to_string(), reason: reason.clone() }),
+            None => Err(EngineError::InvalidArgument(format!(
+                "the kernel of {} was not loaded",
+                kdtree_jit::Variant::name(v)
+            ))),
+        }
     }
 }
 
@@ -125,7 +135,8 @@ pub(super) fn int4_half(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaL
     let CudaLinear::Int4 { n, k, packed, scales, kernels } = w else {
         return Err(EngineError::InvalidArgument("int4_half: a dense weight".into()));
     };
-    let (v, f) = kernels.for_rows(m)?;
+    let kernel = kernels.for_rows(m)?;
+    let v = kernel.variant();
     let s = b.stream();
     let mut y = b.output::<u16>(m * n)?;
     // A row-limited variant (stream, gemv) runs blocks of its `bm` rows, one launch each: rows are
@@ -144,7 +155,7 @@ pub(super) fn int4_half(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaL
             y: y.slice_mut(start * n..(start + rows) * n),
             workspace: &mut workspace,
         };
-        w4a16::launch(b.gpu(), f, v, rows, *n, *k, buffers)?;
+        kernel.launch(b.gpu(), rows, *n, *k, buffers)?;
     }
     Ok(y)
 }
@@ -161,7 +172,7 @@ pub(super) fn dense<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroB
     let s = b.stream();
     if matches!(b.mode(), Mode::Fast) {
         let mut y = b.output::<f32>(m * n)?;
-        gemm::gemm(b.blas(), s, input, (m, n, k), &x.as_view(), &w.as_view(), &mut y.as_view_mut())?;
+        cublas::gemm(b.blas(), s, (input, GemmType::F32), (m, n, k), &x.as_view(), &w.as_view(), &mut y.as_view_mut())?;
         return Ok(y);
     }
     let rows = gemm::padded_rows(m);
@@ -180,7 +191,7 @@ pub(super) fn dense<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroB
         let (xs, ys) = (chunk * EXACT_ROWS * k, chunk * EXACT_ROWS * n);
         let xc = xp.slice(xs..xs + EXACT_ROWS * k);
         let mut yc = yp.slice_mut(ys..ys + EXACT_ROWS * n);
-        gemm::gemm(b.blas(), s, input, (EXACT_ROWS, n, k), &xc, &w.as_view(), &mut yc)?;
+        cublas::gemm(b.blas(), s, (input, GemmType::F32), (EXACT_ROWS, n, k), &xc, &w.as_view(), &mut yc)?;
     }
     if rows == m {
         return Ok(yp);

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_jit::cache::CACHE_DIR_ENV;
-use kdtree_jit::compile::Report;
+use kdtree_jit::compile::CompileReport;
 use kdtree_jit::w4a16::W4a16;
 use kdtree_jit::{Arch, Cache, KernelStats, Target, Variant, compile_all, nvrtc_version, probe};
 use serde::Serialize;
@@ -38,7 +38,7 @@ struct Summary {
     arch: Arch,
     nvrtc: String,
     wall_ms: f64,
-    compiled: Vec<Report>,
+    compiled: Vec<CompileReport>,
     errors: Vec<Failure>,
 }
 
@@ -75,7 +75,7 @@ pub fn run(args: &Args, nvrtc: Option<&Path>) -> anyhow::Result<ExitCode> {
     let (mut compiled, mut errors) = (Vec::new(), Vec::new());
     for (v, result) in results {
         match result {
-            Ok(c) => compiled.push(Report::from(&c)),
+            Ok(c) => compiled.push(CompileReport::from(&c)),
             Err(e) => errors.push(Failure { variant: v.name(), error: e.to_string() }),
         }
     }

@@ -1,8 +1,6 @@
 //! Where time comes from. On the GPU, CUDA events recorded on the stream time the kernel alone,
-//! not the host's launch overhead; in tests, a fake clock that the fake candidates advance.
+//! not the host's launch overhead; tests implement [`Clock`] with a counter their fake work advances.
 
-use std::cell::Cell;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
@@ -40,29 +38,5 @@ impl Clock for CudaClock {
 
     fn elapsed_us(&mut self, from: &CudaEvent, to: &CudaEvent) -> Result<f64> {
         Ok(from.elapsed_ms(to)? as f64 * 1e3)
-    }
-}
-
-/// A clock that reads a shared counter of microseconds; fake work advances it with [`FakeClock::advance`].
-#[derive(Clone, Default)]
-pub struct FakeClock {
-    now: Rc<Cell<f64>>,
-}
-
-impl FakeClock {
-    pub fn advance(&self, us: f64) {
-        self.now.set(self.now.get() + us);
-    }
-}
-
-impl Clock for FakeClock {
-    type Mark = f64;
-
-    fn mark(&mut self) -> Result<f64> {
-        Ok(self.now.get())
-    }
-
-    fn elapsed_us(&mut self, from: &f64, to: &f64) -> Result<f64> {
-        Ok(to - from)
     }
 }

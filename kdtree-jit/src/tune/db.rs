@@ -20,7 +20,7 @@ use super::search::Rejection;
 use crate::arch::Arch;
 
 /// The file format's version; a file of another version is refused, not guessed at.
-pub const FORMAT: u32 = 1;
+pub(crate) const FORMAT: u32 = 1;
 
 /// The environment variable that overrides the default path (`--db` overrides both).
 pub const ENV_VAR: &str = "KDTREE_TUNING_DB";

@@ -4,7 +4,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::cuda;
 use super::error::Result;
 use crate::Gpu;
 
@@ -43,7 +42,7 @@ impl Environment {
         Ok(Environment {
             device: gpu.name.clone(),
             compute_capability: (gpu.arch.0 / 10, gpu.arch.0 % 10),
-            driver: cuda::driver_version()?,
+            driver: crate::sys::driver_version()?,
             nvrtc: crate::nvrtc_version()?,
             templates: crate::templates_hash().to_owned(),
         })

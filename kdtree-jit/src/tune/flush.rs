@@ -9,15 +9,15 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use serde::{Deserialize, Serialize};
 
-use super::cuda;
 use super::error::Result;
 use crate::{Arch, Compiled, Gpu};
 
 /// How the L2 is evicted before each timed rep.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum FlushMode {
     /// Read a buffer four times the L2 (the L2 is left clean).
@@ -55,10 +55,39 @@ fn compile_read_kernel(arch: Arch) -> Result<Compiled> {
     Ok(crate::compile_source("kdtree_l2_flush", "tune/flush.rs", READ_KERNEL, arch, None)?)
 }
 
+/// The read kernel, loaded from [`READ_KERNEL`] and nothing else, so that its launch's argument
+/// list is its own.
+struct ReadKernel(CudaFunction);
+
+impl ReadKernel {
+    fn load(gpu: &Gpu) -> Result<ReadKernel> {
+        Ok(ReadKernel(gpu.load(&compile_read_kernel(gpu.arch)?)?))
+    }
+
+    /// Reads all of `buf` with `blocks` blocks of 256 threads.
+    fn read_all(
+        &self,
+        stream: &Arc<CudaStream>,
+        buf: &CudaSlice<u8>,
+        sink: &mut CudaSlice<u32>,
+        blocks: u32,
+    ) -> Result<()> {
+        let chunks = (buf.len() / 16) as u64;
+        let cfg = LaunchConfig { grid_dim: (blocks.max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let mut args = stream.launch_builder(&self.0);
+        args.arg(buf).arg(&chunks).arg(sink);
+        // SAFETY: the arguments match the kernel's (const uint4*, unsigned long long, unsigned*): it
+        // reads `chunks` 16-byte chunks of `buf` (cudarc allocations are 256-byte aligned) and writes
+        // at most one u32 of `sink`, which holds one.
+        unsafe { args.launch(cfg) }?;
+        Ok(())
+    }
+}
+
 pub struct Flusher {
     buf: CudaSlice<u8>,
     /// The read kernel, its sink and its grid (blocks); `None` flushes by a write.
-    read: Option<(CudaFunction, CudaSlice<u32>, u32)>,
+    read: Option<(ReadKernel, CudaSlice<u32>, u32)>,
 }
 
 impl Flusher {
@@ -70,7 +99,7 @@ impl Flusher {
         let buf = gpu.stream.alloc_zeros(Self::BYTES)?;
         let read = match mode {
             FlushMode::Write => None,
-            FlushMode::Read => Some((gpu.load(&compile_read_kernel(gpu.arch)?)?, gpu.stream.alloc_zeros(1)?, sms * 8)),
+            FlushMode::Read => Some((ReadKernel::load(gpu)?, gpu.stream.alloc_zeros(1)?, sms * 8)),
         };
         Ok(Flusher { buf, read })
     }
@@ -82,7 +111,7 @@ impl Flusher {
     pub fn flush(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
         match &mut self.read {
             None => Ok(stream.memset_zeros(&mut self.buf)?),
-            Some((f, sink, blocks)) => cuda::read_all(stream, f, &self.buf, sink, *blocks),
+            Some((kernel, sink, blocks)) => kernel.read_all(stream, &self.buf, sink, *blocks),
         }
     }
 }

@@ -4,17 +4,17 @@
 
 use std::collections::HashMap;
 
-use cudarc::driver::{CudaFunction, CudaSlice};
+use cudarc::driver::CudaSlice;
 
 use super::error::{Result, TuneError};
 use super::flush::Flusher;
 use super::problem::{Problem, from_bits};
 use super::search::Runner;
 use crate::Gpu;
-use crate::w4a16::{self, GemmBuffers, W4a16, check};
+use crate::w4a16::{self, GemmBuffers, W4a16, W4a16Kernel};
 
 /// One shape's inputs and outputs on the device, sized for the problem's largest M.
-pub struct ShapeBuffers {
+pub(crate) struct ShapeBuffers {
     x: CudaSlice<u16>,
     packed: CudaSlice<u32>,
     scales: CudaSlice<u16>,
@@ -26,7 +26,7 @@ pub struct ShapeBuffers {
 
 impl ShapeBuffers {
     /// Uploads `problem` in the layout of `variants` (all of which must be for its group size and dtype).
-    pub fn upload(gpu: &Gpu, problem: &Problem, variants: &[W4a16]) -> Result<ShapeBuffers> {
+    pub(crate) fn upload(gpu: &Gpu, problem: &Problem, variants: &[W4a16]) -> Result<ShapeBuffers> {
         let (n, m_max) = (problem.weight.n, problem.m_max);
         let first = variants.first().ok_or_else(|| TuneError::Problem(format!("no variant for {}", problem.shape)))?;
         let repacked = w4a16::repack(first, &problem.weight)?;
@@ -45,13 +45,13 @@ impl ShapeBuffers {
 }
 
 /// Runs W4A16 variants on one (shape, M).
-pub struct W4a16Runner<'a> {
-    pub gpu: &'a Gpu,
-    pub problem: &'a Problem,
-    pub kernels: &'a HashMap<String, CudaFunction>,
-    pub buffers: &'a mut ShapeBuffers,
-    pub flusher: &'a mut Flusher,
-    pub m: usize,
+pub(crate) struct W4a16Runner<'a> {
+    pub(crate) gpu: &'a Gpu,
+    pub(crate) problem: &'a Problem,
+    pub(crate) kernels: &'a HashMap<String, W4a16Kernel>,
+    pub(crate) buffers: &'a mut ShapeBuffers,
+    pub(crate) flusher: &'a mut Flusher,
+    pub(crate) m: usize,
 }
 
 impl Runner for W4a16Runner<'_> {
@@ -75,7 +75,7 @@ impl Runner for W4a16Runner<'_> {
     }
 
     fn tolerance(&self, v: &W4a16) -> f64 {
-        check::tolerance(v) as f64
+        w4a16::tolerance(v)
     }
 
     fn prepare(&mut self, _: &W4a16) -> Result<()> {
@@ -88,9 +88,9 @@ impl Runner for W4a16Runner<'_> {
 
     fn launch(&mut self, v: &W4a16) -> Result<()> {
         let (n, k) = (self.problem.weight.n, self.problem.weight.k);
-        let kernels: &HashMap<String, CudaFunction> = self.kernels;
+        let kernels: &HashMap<String, W4a16Kernel> = self.kernels;
         let name = crate::Variant::name(v);
-        let f = kernels.get(&name).ok_or_else(|| TuneError::Problem(format!("{name} was not compiled")))?;
+        let kernel = kernels.get(&name).ok_or_else(|| TuneError::Problem(format!("{name} was not compiled")))?;
         let b = &mut *self.buffers;
         let buffers = GemmBuffers {
             x: b.x.as_view(),
@@ -99,7 +99,7 @@ impl Runner for W4a16Runner<'_> {
             y: b.y.as_view_mut(),
             workspace: &mut b.workspace,
         };
-        Ok(w4a16::launch(self.gpu, f, v, self.m, n, k, buffers)?)
+        Ok(kernel.launch(self.gpu, self.m, n, k, buffers)?)
     }
 
     fn flush(&mut self) -> Result<()> {

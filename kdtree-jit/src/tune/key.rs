@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::arch::Arch;
 
 /// The op every key of this module names: `Y = X · dequant(W)ᵀ` with int4 W.
-pub const OP_W4A16: &str = "w4a16";
+pub(crate) const OP_W4A16: &str = "w4a16";
 
 /// The M buckets a model's decode GEMMs are tuned at: a DDTree forward runs 1..128 tokens.
 pub const M_BUCKETS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];

@@ -7,14 +7,14 @@
 //! | the random problem and its CPU reference | [`problem`] |
 //! | the L2 flush between reps (a read: a write would tax the timed kernel) | [`flush`] |
 //! | run once, compare with the reference | [`gate`] |
-//! | time: warm-up, flush, median and spread | [`clock`], [`bench`] |
+//! | time: warm-up, flush, median and spread | [`clock`], [`bench`](mod@bench) |
 //! | gate, screen, time the finalists (GPU-free core) | [`search`] |
-//! | the W4A16 candidates on the GPU | [`gpu`] |
+//! | the W4A16 candidates on the GPU | `gpu` |
 //! | the device side of a run: compile once, then every M of a shape | [`session`] |
 //! | a whole run as one call: plan, compile, tune, save; a deadline | [`run`] |
 //! | cuBLAS and copy bandwidth in the same run | [`peers`] |
-//! | results by problem and environment; stale ones refused | [`db`], [`env`] |
-//! | table, JSON, roofline picture | [`report`], [`plot`] |
+//! | results by problem and environment; stale ones refused | [`db`], [`env`](mod@env) |
+//! | table, JSON, roofline picture (the last with the `cli` feature) | [`report`], `plot` |
 //!
 //! The engine asks the DB (which it may fill first at startup, within a time budget, with
 //! [`run::tune`]):
@@ -35,15 +35,15 @@
 
 pub mod bench;
 pub mod clock;
-mod cuda;
 pub mod db;
 pub mod env;
 pub mod error;
 pub mod flush;
 pub mod gate;
-pub mod gpu;
+mod gpu;
 pub mod key;
 pub mod peers;
+#[cfg(feature = "cli")]
 pub mod plot;
 pub mod problem;
 pub mod prune;
@@ -53,4 +53,4 @@ pub mod search;
 pub mod session;
 
 /// Whether libcublas can be loaded: probe before any cuBLAS call, which panics when it cannot.
-pub use cuda::cublas_present;
+pub use crate::cublas::present as cublas_present;

@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::bench::{BenchConfig, Timing, measure};
 use super::clock::CudaClock;
-use super::cuda;
 use super::error::Result;
 use super::flush::Flusher;
 use super::problem::{Problem, to_bits};
+use crate::cublas::{self, GemmType};
 
 /// The peers of one (shape, M).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -37,7 +37,7 @@ pub fn copy_bandwidth(stream: &Arc<CudaStream>, clock: &mut CudaClock) -> Result
 }
 
 /// The dequantized weight in one dtype on the device, with activations and output for cuBLAS.
-pub struct DensePeer {
+pub(crate) struct DensePeer {
     dtype: Dtype,
     w: CudaSlice<u16>,
     x: CudaSlice<u16>,
@@ -46,7 +46,7 @@ pub struct DensePeer {
 
 impl DensePeer {
     /// Uploads `problem`'s weight, dequantized and rounded to `dtype`, and its activations in `dtype`.
-    pub fn new(stream: &Arc<CudaStream>, problem: &Problem, dtype: Dtype) -> Result<DensePeer> {
+    pub(crate) fn new(stream: &Arc<CudaStream>, problem: &Problem, dtype: Dtype) -> Result<DensePeer> {
         let bits = |v: &[f32]| -> Vec<u16> { v.iter().map(|&f| to_bits(dtype, f)).collect() };
         let w = stream.clone_htod(&bits(&problem.weight.dequantize()))?;
         let x = stream.clone_htod(&bits(&problem.x_f32()))?;
@@ -54,7 +54,7 @@ impl DensePeer {
         Ok(DensePeer { dtype, w, x, y })
     }
 
-    pub fn time(
+    pub(crate) fn time(
         &mut self,
         blas: &CudaBlas,
         stream: &Arc<CudaStream>,
@@ -63,12 +63,14 @@ impl DensePeer {
         (m, n, k): (usize, usize, usize),
     ) -> Result<Timing> {
         let DensePeer { dtype, w, x, y } = self;
+        let types = (GemmType::of(*dtype), GemmType::of(*dtype));
+        let (x, w) = (x.as_view(), w.as_view());
         measure(
             clock,
             &BenchConfig::FINAL,
             None,
             || flusher.flush(stream),
-            || cuda::gemm(blas, stream, *dtype, (m, n, k), x, w, y),
+            || Ok(cublas::gemm(blas, stream, types, (m, n, k), &x, &w, &mut y.as_view_mut())?),
         )
     }
 }

@@ -6,7 +6,7 @@ use kdtree_quant::{Dtype, QuantizedWeight};
 
 use super::error::Result;
 use super::key::Shape;
-use crate::w4a16::check;
+use crate::w4a16::accuracy::RandomGemm;
 
 pub struct Problem {
     pub shape: Shape,
@@ -20,10 +20,10 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// [`check::Problem::random`] for `m_max` rows, seeded: the data the kernels' own tests use.
+    /// [`RandomGemm::random`] for `m_max` rows, seeded: the data the kernels' own tests use.
     pub fn random(shape: Shape, group_size: u32, dtype: Dtype, m_max: usize, seed: u64) -> Result<Problem> {
         let (n, k) = (shape.n as usize, shape.k as usize);
-        let p = check::Problem::random(m_max, n, k, group_size as usize, dtype, seed)?;
+        let p = RandomGemm::random(m_max, n, k, group_size as usize, dtype, seed)?;
         Ok(Problem { shape, dtype, weight: p.w, x: p.x, m_max, reference: p.reference })
     }
 

@@ -33,7 +33,7 @@ pub struct Scope {
 }
 
 /// Why `v` is not worth timing for `scope`, or `None` when it is. `v` is valid for the arch.
-pub fn why_not(v: &W4a16, scope: &Scope) -> Option<&'static str> {
+pub(crate) fn why_not(v: &W4a16, scope: &Scope) -> Option<&'static str> {
     let (m, n, k) = (scope.m as usize, scope.shape.n as usize, scope.shape.k as usize);
     let rows = m_bucket(scope.m);
     if v.dtype != scope.dtype || v.group_size != scope.group_size {

@@ -80,7 +80,7 @@ pub struct StaleRow {
 }
 
 impl StaleRow {
-    pub fn from_stale(s: &Stale<'_>) -> StaleRow {
+    pub(crate) fn from_stale(s: &Stale<'_>) -> StaleRow {
         StaleRow {
             shape: s.entry.key.shape(),
             m_bucket: s.entry.key.m_bucket,

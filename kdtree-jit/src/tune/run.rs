@@ -149,7 +149,7 @@ pub trait Tuner {
 }
 
 impl Tuner for Session<'_> {
-    type Kernel = cudarc::driver::CudaFunction;
+    type Kernel = crate::w4a16::W4a16Kernel;
 
     fn env(&self) -> &Environment {
         &self.env

@@ -16,7 +16,7 @@ pub trait Runner {
     fn name(&self, c: &Self::Candidate) -> String;
     /// Runs `c` once on the problem's inputs and returns its output in f32, laid out as the reference.
     fn output(&mut self, c: &Self::Candidate) -> Result<Vec<f32>>;
-    /// The largest [`gate::error`] that `c` may show and still be correct.
+    /// The largest error ([`gate::MEASURE`]) that `c` may show and still be correct.
     fn tolerance(&self, c: &Self::Candidate) -> f64;
     /// Readies the state `c` keeps between runs (split-K counters) before it is timed: the
     /// candidate timed before may have left it dirty. Not timed.
@@ -82,7 +82,7 @@ pub fn search<R: Runner, K: Clock>(
         let reject = |reason: String| Rejection { variant: name.clone(), reason };
         match runner.output(c) {
             Err(e) => rejected.push(reject(format!("failed to run: {e}"))),
-            Ok(out) => match gate::check(&out, reference, runner.tolerance(c)) {
+            Ok(out) => match gate::pass(&out, reference, runner.tolerance(c)) {
                 Ok(error) => correct.push((c.clone(), name.clone(), error)),
                 Err(mismatch) => rejected.push(reject(mismatch.to_string())),
             },

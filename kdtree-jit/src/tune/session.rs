@@ -4,13 +4,11 @@
 use std::collections::HashMap;
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::CudaFunction;
 use cudarc::driver::sys::CUdevice_attribute;
 use kdtree_quant::Dtype;
 
 use super::bench::BenchConfig;
 use super::clock::CudaClock;
-use super::cuda;
 use super::db::{CompileFailure, Entry, TuningDb};
 use super::env::Environment;
 use super::error::Result;
@@ -20,7 +18,7 @@ use super::key::{ProblemKey, Shape};
 use super::peers::{self, DensePeer, Peers};
 use super::problem::Problem;
 use super::search::{self, Rejection, SearchConfig};
-use crate::w4a16::W4a16;
+use crate::w4a16::{W4a16, W4a16Kernel};
 use crate::{Cache, Error, Gpu, Variant};
 
 pub struct Session<'g> {
@@ -59,7 +57,7 @@ impl<'g> Session<'g> {
         let mut clock = CudaClock::new(gpu.stream.clone());
         let copy_gbps = peers::copy_bandwidth(&gpu.stream, &mut clock)?;
         let flusher = Flusher::new(gpu, flush, sms)?;
-        let blas = if cuda::cublas_present() { Some(CudaBlas::new(gpu.stream.clone())?) } else { None };
+        let blas = if crate::cublas::present() { Some(CudaBlas::new(gpu.stream.clone())?) } else { None };
         Ok(Session { gpu, env, sms, copy_gbps, clock, flusher, blas })
     }
 
@@ -77,7 +75,7 @@ impl<'g> Session<'g> {
         cache: Option<&Cache>,
         retry_failed: bool,
         progress: impl Fn(usize) + Sync,
-    ) -> Result<HashMap<String, CudaFunction>> {
+    ) -> Result<HashMap<String, W4a16Kernel>> {
         let arch = self.gpu.arch;
         let todo: Vec<W4a16> = variants
             .iter()
@@ -88,7 +86,7 @@ impl<'g> Session<'g> {
         for (v, compiled) in crate::compile_all(&todo, arch, cache, progress) {
             match compiled {
                 Ok(c) => {
-                    kernels.insert(v.name(), self.gpu.load(&c)?);
+                    kernels.insert(v.name(), W4a16Kernel::load(self.gpu, v, &c)?);
                 }
                 Err(Error::Compile { log, .. }) => db.record_compile_failure(CompileFailure {
                     variant: v.name(),
@@ -109,7 +107,7 @@ impl<'g> Session<'g> {
         &mut self,
         (shape, group_size, dtype): (Shape, u32, Dtype),
         work: &[AtM],
-        kernels: &HashMap<String, CudaFunction>,
+        kernels: &HashMap<String, W4a16Kernel>,
         cfg: &SearchConfig,
         mut proceed: impl FnMut() -> bool,
         mut progress: impl FnMut(),
@@ -170,7 +168,7 @@ impl<'g> Session<'g> {
 
     /// Measures `entries` (all of one shape, group size and dtype) again: gated, then timed with
     /// [`BenchConfig::FINAL`], with fresh peers. A variant that is now wrong comes back rejected.
-    pub fn bench_shape(&mut self, entries: &[&Entry], kernels: &HashMap<String, CudaFunction>) -> Result<Vec<Tuned>> {
+    pub fn bench_shape(&mut self, entries: &[&Entry], kernels: &HashMap<String, W4a16Kernel>) -> Result<Vec<Tuned>> {
         let work: Vec<AtM> =
             entries.iter().map(|e| (e.m, W4a16::from_name(&e.variant).into_iter().collect())).collect();
         let Some(first) = entries.first() else { return Ok(Vec::new()) };

@@ -8,7 +8,7 @@ use kdtree_quant::QuantizedWeight;
 use crate::w4a16::layout::{lengths, repack};
 use crate::w4a16::rules::{TILE_N, shared_bytes};
 use crate::w4a16::{Algo, W4a16};
-use crate::{AxisValue, Error, Gpu, Result, Variant};
+use crate::{AxisValue, Compiled, Error, Gpu, Result, Variant, sys};
 
 /// The device buffers of one GEMM. `workspace` must hold [`workspace_len`] elements and be zeroed
 /// once when allocated: split-K variants keep their tile counters there and leave them at zero.
@@ -58,7 +58,7 @@ fn unsupported(v: &W4a16, m: usize, n: usize, k: usize) -> Option<String> {
     let int = |x: usize| i32::try_from(x).is_ok();
     if m == 0 || n == 0 || k == 0 {
         Some(format!("empty product {m} x {n} x {k}"))
-    } else if k % g != 0 {
+    } else if !k.is_multiple_of(g) {
         Some(format!("K = {k} is not a multiple of the group size {g}"))
     } else if v.algo.has_row_limit() && m > v.bm as usize {
         Some(format!("{} with bm = {} computes at most {} rows, not {m}", v.algo.as_str(), v.bm, v.bm))
@@ -75,60 +75,97 @@ pub fn supports(v: &W4a16, m: usize, n: usize, k: usize) -> bool {
     unsupported(v, m, n, k).is_none()
 }
 
-/// Enqueues `Y = X · dequant(W)ᵀ` on `gpu`'s stream; `f` is `v` compiled and loaded.
-pub fn launch(gpu: &Gpu, f: &CudaFunction, v: &W4a16, m: usize, n: usize, k: usize, b: GemmBuffers) -> Result<()> {
-    let fail = |reason: String| Error::Unsupported { variant: v.name(), reason };
-    if let Some(reason) = unsupported(v, m, n, k) {
-        return Err(fail(reason));
-    }
-    let (packed_len, scales_len) = lengths(n, k, v.group_size as usize);
-    let needs = [
-        ("x", b.x.len(), m * k),
-        ("packed", b.packed.len(), packed_len),
-        ("scales", b.scales.len(), scales_len),
-        ("y", b.y.len(), m * n),
-        ("workspace", b.workspace.len(), workspace_len(v, m, n)),
-    ];
-    if let Some((name, have, need)) = needs.iter().find(|(_, have, need)| have < need) {
-        return Err(fail(format!("{name} holds {have} elements, {need} needed")));
-    }
-    let smem = shared_bytes(v);
-    if smem + STATIC_SMEM > DEFAULT_SMEM {
-        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
-    }
-    let (gx, gy, gz) = grid(v, m, n);
-    let cfg = LaunchConfig {
-        grid_dim: (gx as u32, gy as u32, gz as u32),
-        block_dim: (v.warps * 32, 1, 1),
-        shared_mem_bytes: smem as u32,
-    };
-    let (m, n, k) = (m as i32, n as i32, k as i32);
-    let mut args = gpu.stream.launch_builder(f);
-    let (x, mut y) = (b.x, b.y);
-    args.arg(&x).arg(b.packed).arg(b.scales).arg(&mut y).arg(b.workspace).arg(&m).arg(&n).arg(&k);
-    // SAFETY: the argument list matches the templates' kernel signature (x, packed, scales, y,
-    // workspace, m, n, k); every buffer was checked above to hold what the kernel indexes.
-    unsafe { args.launch(cfg) }?;
-    Ok(())
+/// A W4A16 variant bound to its loaded function: the only way to launch one, so that no function
+/// runs with an argument list that is not its own.
+#[derive(Clone, Debug)]
+pub struct W4a16Kernel {
+    variant: W4a16,
+    function: CudaFunction,
 }
 
-/// One GEMM from host data: repacks `w`, uploads, launches `f` (= `v` loaded) and returns Y
-/// ([m, n] bits of the activation dtype). For tests and correctness gates, not for speed.
-pub fn gemm_host(gpu: &Gpu, f: &CudaFunction, v: &W4a16, x: &[u16], m: usize, w: &QuantizedWeight) -> Result<Vec<u16>> {
-    let d = repack(v, w)?;
-    let s = &gpu.stream;
-    let (xd, packed, scales) = (s.clone_htod(x)?, s.clone_htod(&d.packed)?, s.clone_htod(&d.scales)?);
-    let mut y = s.alloc_zeros::<u16>(m * w.n)?;
-    let mut workspace = s.alloc_zeros::<f32>(workspace_len(v, m, w.n).max(1))?;
-    let b = GemmBuffers {
-        x: xd.as_view(),
-        packed: &packed,
-        scales: &scales,
-        y: y.as_view_mut(),
-        workspace: &mut workspace,
-    };
-    launch(gpu, f, v, m, w.n, w.k, b)?;
-    Ok(s.clone_dtoh(&y)?)
+impl W4a16Kernel {
+    /// Binds `function` to `variant`: [`Error::WrongKernel`] unless the function's name (which the
+    /// templates make the variant's) is the variant's.
+    pub fn new(variant: W4a16, function: CudaFunction) -> Result<W4a16Kernel> {
+        match sys::function_name(&function)? {
+            Some(name) if name == variant.name() => Ok(W4a16Kernel { variant, function }),
+            Some(name) => Err(Error::WrongKernel { variant: variant.name(), function: name }),
+            None => Err(Error::Unsupported {
+                variant: variant.name(),
+                reason: "the CUDA driver is older than 12.3 and cannot name a loaded function, so it cannot be \
+                         checked to be this variant's"
+                    .into(),
+            }),
+        }
+    }
+
+    /// Loads `compiled` (the cubin of `variant`) on `gpu` and binds it.
+    pub fn load(gpu: &Gpu, variant: W4a16, compiled: &Compiled) -> Result<W4a16Kernel> {
+        W4a16Kernel::new(variant, gpu.load(compiled)?)
+    }
+
+    pub fn variant(&self) -> &W4a16 {
+        &self.variant
+    }
+
+    /// Enqueues `Y = X · dequant(W)ᵀ` on `gpu`'s stream.
+    pub fn launch(&self, gpu: &Gpu, m: usize, n: usize, k: usize, b: GemmBuffers) -> Result<()> {
+        let (v, f) = (&self.variant, &self.function);
+        let fail = |reason: String| Error::Unsupported { variant: v.name(), reason };
+        if let Some(reason) = unsupported(v, m, n, k) {
+            return Err(fail(reason));
+        }
+        let (packed_len, scales_len) = lengths(n, k, v.group_size as usize);
+        let needs = [
+            ("x", b.x.len(), m * k),
+            ("packed", b.packed.len(), packed_len),
+            ("scales", b.scales.len(), scales_len),
+            ("y", b.y.len(), m * n),
+            ("workspace", b.workspace.len(), workspace_len(v, m, n)),
+        ];
+        if let Some((name, have, need)) = needs.iter().find(|(_, have, need)| have < need) {
+            return Err(fail(format!("{name} holds {have} elements, {need} needed")));
+        }
+        let smem = shared_bytes(v);
+        if smem + STATIC_SMEM > DEFAULT_SMEM {
+            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+        }
+        let (gx, gy, gz) = grid(v, m, n);
+        let cfg = LaunchConfig {
+            grid_dim: (gx as u32, gy as u32, gz as u32),
+            block_dim: (v.warps * 32, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        let (m, n, k) = (m as i32, n as i32, k as i32);
+        let mut args = gpu.stream.launch_builder(f);
+        let (x, mut y) = (b.x, b.y);
+        args.arg(&x).arg(b.packed).arg(b.scales).arg(&mut y).arg(b.workspace).arg(&m).arg(&n).arg(&k);
+        // SAFETY: `f` is `v`'s kernel (checked when bound), and the argument list matches the
+        // templates' kernel signature (x, packed, scales, y, workspace, m, n, k); every buffer was
+        // checked above to hold what the kernel indexes.
+        unsafe { args.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// One GEMM from host data: repacks `w`, uploads, launches and returns Y ([m, n] bits of the
+    /// activation dtype). For tests and correctness gates, not for speed.
+    pub fn gemm_host(&self, gpu: &Gpu, x: &[u16], m: usize, w: &QuantizedWeight) -> Result<Vec<u16>> {
+        let v = &self.variant;
+        let d = repack(v, w)?;
+        let s = &gpu.stream;
+        let (xd, packed, scales) = (s.clone_htod(x)?, s.clone_htod(&d.packed)?, s.clone_htod(&d.scales)?);
+        let mut y = s.alloc_zeros::<u16>(m * w.n)?;
+        let mut workspace = s.alloc_zeros::<f32>(workspace_len(v, m, w.n).max(1))?;
+        let b = GemmBuffers {
+            x: xd.as_view(),
+            packed: &packed,
+            scales: &scales,
+            y: y.as_view_mut(),
+            workspace: &mut workspace,
+        };
+        self.launch(gpu, m, w.n, w.k, b)?;
+        Ok(s.clone_dtoh(&y)?)
+    }
 }
 
 #[cfg(test)]

@@ -7,13 +7,13 @@ use crate::w4a16::{Acc, Algo, W4a16};
 use crate::{Invalid, Target};
 
 /// Columns of one weight tile of the layout: what one warp owns.
-pub const TILE_N: u32 = 64;
+pub(crate) const TILE_N: u32 = 64;
 /// K of one weight tile: one mma k-step, one 16-byte vector per lane.
-pub const TILE_K: u32 = 16;
+pub(crate) const TILE_K: u32 = 16;
 
 /// Dynamic shared memory of a launch, in bytes: the mma or stream pipelines (or the cross-warp
 /// reduction, whichever is larger), or the gemv cross-warp reduction. Mirrors the templates' constants.
-pub fn shared_bytes(v: &W4a16) -> usize {
+pub(crate) fn shared_bytes(v: &W4a16) -> usize {
     let (bm, bn, bk, warps) = (v.bm as usize, v.bn as usize, v.bk as usize, v.warps as usize);
     let column_reduction = warps * bm * TILE_N as usize * 4;
     match v.algo {
@@ -50,13 +50,13 @@ pub fn check(v: &W4a16, target: &Target) -> Result<(), Invalid> {
             "f16 accumulation with split-K: partials are exchanged in f32, so it only adds a rounding",
         );
     }
-    if v.bn % TILE_N != 0 || v.bn == 0 {
+    if !v.bn.is_multiple_of(TILE_N) || v.bn == 0 {
         return incompatible(format!("bn = {} is not a multiple of the {TILE_N}-column weight tile", v.bn));
     }
-    if v.bk % TILE_K != 0 || v.bk == 0 {
+    if !v.bk.is_multiple_of(TILE_K) || v.bk == 0 {
         return incompatible(format!("bk = {} is not a multiple of {TILE_K}", v.bk));
     }
-    if v.bk % v.group_size != 0 && v.group_size % v.bk != 0 {
+    if !v.bk.is_multiple_of(v.group_size) && !v.group_size.is_multiple_of(v.bk) {
         return incompatible(format!(
             "bk = {} and group size {} do not nest: a step must cover whole groups or lie in one",
             v.bk, v.group_size
@@ -88,7 +88,7 @@ fn check_gemv(v: &W4a16) -> Result<(), Invalid> {
     if v.stages != 1 {
         return incompatible("gemv loads straight into registers: stages must be 1");
     }
-    if v.bk % v.group_size != 0 {
+    if !v.bk.is_multiple_of(v.group_size) {
         return incompatible(format!("gemv applies scales per step: bk = {} must hold whole groups", v.bk));
     }
     if v.bk > 128 {
@@ -116,7 +116,7 @@ fn check_stream(v: &W4a16) -> Result<(), Invalid> {
     if v.stages < 2 {
         return incompatible("the stream pipeline needs at least 2 stages");
     }
-    if v.bk % v.group_size != 0 {
+    if !v.bk.is_multiple_of(v.group_size) {
         return incompatible(format!(
             "stream scales whole groups within a stage: bk = {} must hold whole groups",
             v.bk
@@ -126,7 +126,7 @@ fn check_stream(v: &W4a16) -> Result<(), Invalid> {
 }
 
 fn check_mma(v: &W4a16) -> Result<(), Invalid> {
-    if v.bm % 16 != 0 || v.bm > 64 {
+    if !v.bm.is_multiple_of(16) || v.bm > 64 {
         return incompatible(format!(
             "mma tiles are m16: bm = {} must be 16, 32, 48 or 64 (a warp holds all bm rows)",
             v.bm
@@ -136,11 +136,11 @@ fn check_mma(v: &W4a16) -> Result<(), Invalid> {
         return incompatible("the mma pipeline needs at least 2 stages");
     }
     let warps_n = v.bn / TILE_N;
-    if v.warps % warps_n != 0 {
+    if !v.warps.is_multiple_of(warps_n) {
         return incompatible(format!("{} warps cannot split into {warps_n} warps along N", v.warps));
     }
     let warps_k = v.warps / warps_n;
-    if (v.bk / TILE_K) % warps_k != 0 || v.bk / TILE_K / warps_k < 2 {
+    if !(v.bk / TILE_K).is_multiple_of(warps_k) || v.bk / TILE_K / warps_k < 2 {
         return incompatible(format!(
             "bk = {} gives {} k16 tiles per stage, which the {warps_k} warps along K cannot share \
              evenly with at least 2 each",
