@@ -3,10 +3,10 @@
 //! (rows gathered by token, rows in sorted order). Run on a GPU machine:
 //! `cargo test --release -p kdtree-fuzz --test gpu_grouped -- --ignored`.
 
+use kdtree_jit::w4a16::accuracy::{RandomGemm, bits_error, tolerance};
 use kdtree_jit::w4a16::grouped::{
     GroupedKernel, W4a16Grouped, XRows, align, grouped_host, grouped_reference, sample_routing,
 };
-use kdtree_jit::w4a16::accuracy::{RandomGemm, bits_error, tolerance};
 use kdtree_jit::{Gpu, Target, Variant, compile_all};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};

@@ -7,11 +7,11 @@
 
 use std::collections::HashSet;
 
+use kdtree_jit::w4a16::W4a16Kernel;
+use kdtree_jit::w4a16::accuracy::{bits_error, tolerance};
 use kdtree_jit::w4a16::grouped::{
     Alignment, GroupedKernel, W4a16Grouped, XRows, align, grouped_host, grouped_reference, sample_routing,
 };
-use kdtree_jit::w4a16::W4a16Kernel;
-use kdtree_jit::w4a16::accuracy::{bits_error, tolerance};
 use kdtree_jit::{Gpu, Target, Variant, compile_all};
 use kdtree_quant::sample::Uniform;
 use kdtree_quant::{Dtype, QuantizedWeight, Scales};

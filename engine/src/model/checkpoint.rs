@@ -178,10 +178,9 @@ impl Checkpoint {
             (true, Some(g)) => {
                 // The three tensors may sit in different shards: each is found through the index.
                 let tensor = |name: &str| {
-                    let file = self.file(name).map_err(|_| QuantError::MissingTensor {
-                        tensor: name.into(),
-                        file: self.file_list(),
-                    })?;
+                    let file = self
+                        .file(name)
+                        .map_err(|_| QuantError::MissingTensor { tensor: name.into(), file: self.file_list() })?;
                     file.tensor(name)
                 };
                 let file = self.file(&packed)?;
