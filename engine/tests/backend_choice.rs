@@ -2,7 +2,7 @@
 //! gets from a tuning DB (a hit, the nearest M bucket, a stale entry, a missing one).
 
 use kdtree_engine::EngineError;
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, Source, WeightShape, default_variant, plan};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels, Source, WeightShape, default_variant, plan};
 use kdtree_engine::registry::{BackendKind, Selection, select};
 use kdtree_jit::tune::bench::Timing;
 use kdtree_jit::tune::db::{Entry, TuningDb};
@@ -44,7 +44,7 @@ fn opening_cuda_returns_a_backend_or_an_error_never_a_panic() {
         ordinal: 0,
         tuning_db: "/nonexistent/tuning.json".into(),
         mode: Mode::Exact { m: 1 },
-        grouped_moe: true,
+        moe: MoeKernels::default(),
     };
     if let Err(e) = CudaBackend::open(&options) {
         let message = e.to_string();
@@ -176,7 +176,7 @@ fn opening_the_backends_gives_the_cpu_when_asked_and_auto_says_why_it_fell_back(
         ordinal: 0,
         tuning_db: "/nonexistent/tuning.json".into(),
         mode: Mode::Exact { m: 1 },
-        grouped_moe: true,
+        moe: MoeKernels::default(),
     };
     let open = || CudaBackend::open(&options);
     assert!(matches!(select(BackendKind::Cpu, open).unwrap(), Selection::Cpu { note: None }));

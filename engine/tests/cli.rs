@@ -129,3 +129,15 @@ fn chain_and_cost_aware_ddtree_with_the_noisy_oracle_equal_greedy() {
     let stderr = refused(model.path(), &["--spec", "chain", "--cost-model", cost.to_str().unwrap()]);
     assert_says(&stderr, &["not a chain"]);
 }
+
+#[test]
+fn a_grouped_variant_is_named_in_full_or_refused() {
+    let model = tiny();
+    let stderr = refused(model.path(), &["--grouped-variant", "w4a16_grouped_bf16_g32_m3n64k128_w4_s4_f32acc"]);
+    assert_says(&stderr, &["is not a grouped W4A16 variant"]);
+    let stderr = refused(
+        model.path(),
+        &["--per-expert-moe", "--grouped-variant", "w4a16_grouped_bf16_g32_m8n64k128_w4_s4_f32acc"],
+    );
+    assert_says(&stderr, &["cannot be used with"]);
+}

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use ddtree_common::{Script, Scripted, assert_exact, greedy_text};
 use kdtree_engine::cpu::CpuBackend;
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, WeightShape, default_variant};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels, WeightShape, default_variant};
 use kdtree_engine::registry::{Backend, KvStore};
 use kdtree_engine::spec::{LookupDrafter, TreeLimits};
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
@@ -103,8 +103,9 @@ struct Fixture {
 }
 
 fn on_gpu(model_dir: &Path, tuning_db: &Path, mode: Mode) -> OnGpu {
-    let cuda = CudaBackend::open(&CudaOptions { ordinal: 0, tuning_db: tuning_db.into(), mode, grouped_moe: true })
-        .expect("CUDA");
+    let cuda =
+        CudaBackend::open(&CudaOptions { ordinal: 0, tuning_db: tuning_db.into(), mode, moe: MoeKernels::default() })
+            .expect("CUDA");
     Model::load_on(model_dir, Arc::new(cuda)).expect("loads on CUDA")
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use kdtree_engine::cpu::{CpuBackend, CpuTensor};
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, CudaTensor, Mode};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, CudaTensor, Mode, MoeKernels};
 use kdtree_engine::registry::{Backend, KvStore};
 use kdtree_engine::spec::{LookupDrafter, TreeLimits, ddtree_generate};
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
@@ -21,7 +21,7 @@ fn cuda() -> CudaBackend {
         ordinal: 0,
         tuning_db: "/nonexistent/tuning.json".into(),
         mode: Mode::Exact { m: 1 },
-        grouped_moe: true,
+        moe: MoeKernels::default(),
     };
     CudaBackend::open(&options).expect("a GPU")
 }

@@ -5,7 +5,7 @@
 
 use kdtree_engine::TreeMask;
 use kdtree_engine::cpu::CpuBackend;
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels};
 use kdtree_engine::model::{Routing, route};
 use kdtree_engine::registry::{Backend, DenseValues, DenseWeight, HostExperts, HostLinear};
 use kdtree_quant::sample::symmetric;
@@ -20,7 +20,7 @@ fn cuda() -> CudaBackend {
         ordinal: 0,
         tuning_db: "/nonexistent/tuning.json".into(),
         mode: Mode::Exact { m: 1 },
-        grouped_moe: true,
+        moe: MoeKernels::default(),
     };
     CudaBackend::open(&options).expect("a GPU")
 }

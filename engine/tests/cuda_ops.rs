@@ -4,7 +4,7 @@
 
 use kdtree_engine::TreeMask;
 use kdtree_engine::cpu::CpuBackend;
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels};
 use kdtree_engine::model::Routing;
 use kdtree_engine::registry::{
     Backend, DenseValues, DenseWeight, Heads, HostExperts, HostLinear, KvStore, RopeLayout, RopeSpan,
@@ -30,7 +30,7 @@ fn cuda() -> CudaBackend {
         ordinal: 0,
         tuning_db: "/nonexistent/tuning.json".into(),
         mode: Mode::Exact { m: 1 },
-        grouped_moe: true,
+        moe: MoeKernels::default(),
     };
     CudaBackend::open(&options).expect("a GPU")
 }

@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, Plan, Source};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels, Plan, Source};
 use kdtree_engine::registry::{BackendKind, Selection, select};
 use kdtree_engine::table::table;
 use kdtree_jit::Variant;
 use kdtree_jit::tune::db::TuningDb;
+use kdtree_jit::w4a16::grouped::W4a16Grouped;
 
 /// Where ops run. On CUDA every op of the forward runs on the GPU: W4A16 linears with tuned kernels
 /// (one variant per weight shape, from the tuning DB), dense linears with cuBLAS, the rest with
@@ -34,8 +35,12 @@ pub struct BackendArgs {
     pub fast: bool,
     /// Run routed INT4 experts one launch chain per expert, with the routing read back to the host
     /// each MoE layer, instead of the grouped kernel: for comparing the two.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "grouped_variant")]
     pub per_expert_moe: bool,
+    /// The grouped MoE kernel's variant, e.g. w4a16_grouped_bf16_g32_m8n64k128_w4_s4_f32acc
+    /// [default: bm 8, 4 warps, bk 128, 4 stages (2 where shared memory is short)].
+    #[arg(long, value_name = "NAME", value_parser = grouped_variant)]
+    pub grouped_variant: Option<W4a16Grouped>,
     /// Which GPU (0 is the first).
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
@@ -47,7 +52,8 @@ impl BackendArgs {
     pub fn open(&self, default_m: usize) -> anyhow::Result<Option<CudaBackend>> {
         let mode = if self.fast { Mode::Fast } else { Mode::Exact { m: self.exact_variant_m.unwrap_or(default_m) } };
         let tuning_db = self.tuning_db.clone().unwrap_or_else(TuningDb::default_path);
-        let options = CudaOptions { ordinal: self.gpu, tuning_db, mode, grouped_moe: !self.per_expert_moe };
+        let moe = if self.per_expert_moe { MoeKernels::PerExpert } else { MoeKernels::Grouped(self.grouped_variant) };
+        let options = CudaOptions { ordinal: self.gpu, tuning_db, mode, moe };
         Ok(match select(self.backend, || CudaBackend::open(&options))? {
             Selection::Cpu { note } => {
                 if let Some(note) = note {
@@ -91,4 +97,9 @@ fn rows_of(plan: &Plan) -> Vec<(String, &kdtree_engine::cuda::Choice)> {
     let mut rows: Vec<(String, _)> = plan.by_bucket.iter().map(|(b, c)| (range(*b), c)).collect();
     rows.push((if rows.is_empty() { "all".into() } else { "other".into() }, &plan.general));
     rows
+}
+
+/// A grouped variant by name.
+fn grouped_variant(name: &str) -> Result<W4a16Grouped, String> {
+    W4a16Grouped::from_name(name).ok_or_else(|| format!("`{name}` is not a grouped W4A16 variant (w4a16_grouped_...)"))
 }

@@ -56,9 +56,24 @@ pub struct CudaOptions {
     /// The tuning DB; a missing file is an empty DB (every shape then runs the default variant).
     pub tuning_db: PathBuf,
     pub mode: Mode,
-    /// Routed INT4 experts run in one grouped launch per projection (the default); false runs one
-    /// launch chain per expert, with the routing read back to the host, for comparison.
-    pub grouped_moe: bool,
+    /// How routed INT4 experts run.
+    pub moe: MoeKernels,
+}
+
+/// How routed INT4 experts run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoeKernels {
+    /// One grouped launch per projection, by this variant or, when `None`, by
+    /// [`W4a16Grouped::default_for`](kdtree_jit::w4a16::grouped::W4a16Grouped::default_for).
+    Grouped(Option<kdtree_jit::w4a16::grouped::W4a16Grouped>),
+    /// One launch chain per expert, the routing read back to the host each layer: for comparison.
+    PerExpert,
+}
+
+impl Default for MoeKernels {
+    fn default() -> Self {
+        MoeKernels::Grouped(None)
+    }
 }
 
 /// One GPU with its kernels, cuBLAS, the tuning DB and the W4A16 plans of the shapes loaded so far.
@@ -69,7 +84,7 @@ pub struct CudaBackend {
     env: Environment,
     db: TuningDb,
     mode: Mode,
-    grouped_moe: bool,
+    moe: MoeKernels,
     /// `None` when the cache directory cannot be opened: kernels then compile every time.
     cache: Option<Cache>,
     shapes: Mutex<BTreeMap<WeightShape, Arc<ShapeKernels>>>,
@@ -116,7 +131,7 @@ impl CudaBackend {
             env,
             db,
             mode: options.mode,
-            grouped_moe: options.grouped_moe,
+            moe: options.moe,
             cache,
             shapes: Mutex::default(),
             experts_launched: AtomicUsize::new(0),

@@ -119,9 +119,10 @@ fn grouped_variant(b: &CudaBackend, e: &HostExperts, hidden: usize) -> std::resu
         HostLinear::Int4(q) => Some((q.n, q.k, q.group_size, q.scales.dtype)),
         HostLinear::Dense(_) => None,
     };
-    if !b.grouped_moe {
-        return Err("--per-expert-moe was given".into());
-    }
+    let chosen = match b.moe {
+        super::MoeKernels::PerExpert => return Err("--per-expert-moe was given".into()),
+        super::MoeKernels::Grouped(v) => v,
+    };
     let (Some(first_gu), Some(first_down)) =
         (e.experts.first().and_then(|(gu, _)| quantized(gu)), e.experts.first().and_then(|(_, d)| quantized(d)))
     else {
@@ -147,7 +148,10 @@ fn grouped_variant(b: &CudaBackend, e: &HostExperts, hidden: usize) -> std::resu
     }
     let group = u32::try_from(g).map_err(|_| format!("group size {g}"))?;
     let target = Target { arch: b.gpu().arch };
-    let v = W4a16Grouped::default_for(dtype, group, &target);
+    let v = chosen.unwrap_or_else(|| W4a16Grouped::default_for(dtype, group, &target));
+    if (v.dtype, v.group_size) != (dtype, group) {
+        return Err(format!("{} is for {} g{}, the experts are {dtype} g{group}", v.name(), v.dtype, v.group_size));
+    }
     v.check(&target).map_err(|why| format!("{}: {why}", v.name()))?;
     Ok(v)
 }
