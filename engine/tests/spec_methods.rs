@@ -114,3 +114,39 @@ fn the_sweep_runs_every_method_at_every_p_and_checks_each_against_greedy() {
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.contains("<svg") && text.contains("ddtree-cost B&lt;=16 L=4"), "the legend names the methods");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The chooser's b against brute force: over every prefix-closed subset of a small best-first
+    /// tree, the most expected tokens per µs. The best subset of each size is the first nodes in pop
+    /// order, so no subset beats the prefix that `choose` picks.
+    #[test]
+    fn the_cost_aware_size_is_the_best_of_every_subtree(
+        probs in prop::collection::vec(prop::collection::vec(0.01f32..1.0, 1..4), 1..4),
+        budget in 1usize..9,
+        points in prop::collection::vec(1.0f64..400.0, 1..5),
+    ) {
+        let choices = probs.iter().map(|depth| {
+            depth.iter().enumerate().map(|(t, &p)| kdtree_engine::spec::Choice { token: t as u32, log_prob: p.ln() }).collect()
+        }).collect();
+        let draft = kdtree_engine::spec::Draft::from_choices(choices, 8, 8).unwrap();
+        let tree = kdtree_engine::spec::DraftTree::build(&draft, budget);
+        // Increasing cost points at T = 1, 2, 4, ...
+        let mut us = 50.0;
+        let pts: Vec<(usize, f64)> = points.iter().enumerate().map(|(i, d)| { us += d; (1 << i, us) }).collect();
+        let model = cost(pts);
+        let rate = |nodes: &[usize]| (1.0 + nodes.iter().map(|&i| tree.scores[i].exp()).sum::<f64>()) / model.us(nodes.len() + 1);
+        let mut best = f64::MIN;
+        for mask in 0u32..1 << tree.len() {
+            let nodes: Vec<usize> = (0..tree.len()).filter(|&i| mask >> i & 1 == 1).collect();
+            let closed = nodes.iter().all(|&i| tree.parents[i].is_none_or(|p| mask >> p & 1 == 1));
+            if closed {
+                best = best.max(rate(&nodes));
+            }
+        }
+        let b = model.choose(&tree.scores);
+        let chosen: Vec<usize> = (0..b).collect();
+        prop_assert!((rate(&chosen) - best).abs() <= 1e-12 * best, "choose {b}: {} against the best {best}", rate(&chosen));
+    }
+}

@@ -92,7 +92,7 @@ pub fn variant_table(cuda: &CudaBackend) -> (String, serde_json::Value) {
 }
 
 /// The (M range, choice) rows of a plan: per bucket in fast mode, then the variant for all other M.
-fn rows_of(plan: &Plan) -> Vec<(String, &kdtree_engine::cuda::Choice)> {
+fn rows_of(plan: &Plan) -> Vec<(String, &kdtree_engine::cuda::VariantChoice)> {
     let range = |b: u32| if b == 1 { "1".to_owned() } else { format!("{}-{b}", b / 2 + 1) };
     let mut rows: Vec<(String, _)> = plan.by_bucket.iter().map(|(b, c)| (range(*b), c)).collect();
     rows.push((if rows.is_empty() { "all".into() } else { "other".into() }, &plan.general));

@@ -41,7 +41,7 @@ use kdtree_jit::{Cache, Gpu, Target, Variant, compile_all};
 pub use kv::CudaKv;
 pub use linear::{CudaLinear, ShapeKernels};
 pub use moe::CudaExperts;
-pub use select::{Choice, Mode, Plan, Source, WeightShape, default_variant, plan};
+pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
 pub use tensor::{CudaBatch, CudaTensor};
 
 use crate::error::{EngineError, Result};

@@ -63,7 +63,7 @@ pub enum Source {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Choice {
+pub struct VariantChoice {
     pub variant: W4a16,
     pub source: Source,
 }
@@ -72,9 +72,9 @@ pub struct Choice {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     /// Runs every M that `by_bucket` does not cover: in exact mode, every M.
-    pub general: Choice,
+    pub general: VariantChoice,
     /// Fast mode only: per M bucket, the variant tuned for it (it supports every M of the bucket).
-    pub by_bucket: Vec<(u32, Choice)>,
+    pub by_bucket: Vec<(u32, VariantChoice)>,
 }
 
 impl Plan {
@@ -136,7 +136,7 @@ pub fn plan(db: &TuningDb, env: &Environment, arch: Arch, shape: &WeightShape, m
 
 /// The DB's best variant for `m` rows' bucket among those that can compute `rows` rows of `shape`
 /// here, else the default with the reason.
-fn choose(db: &TuningDb, env: &Environment, arch: Arch, shape: &WeightShape, m: usize, rows: usize) -> Choice {
+fn choose(db: &TuningDb, env: &Environment, arch: Arch, shape: &WeightShape, m: usize, rows: usize) -> VariantChoice {
     let key = ProblemKey::w4a16(
         u32::try_from(m).unwrap_or(u32::MAX),
         Shape { n: shape.n as u32, k: shape.k as u32 },
@@ -151,7 +151,7 @@ fn choose(db: &TuningDb, env: &Environment, arch: Arch, shape: &WeightShape, m: 
     let lookup = db.lookup(&key, env, |e| usable(e).is_some());
     if let Some((hit, variant)) = lookup.hit.as_ref().and_then(|hit| Some((hit, usable(hit.entry)?))) {
         let nearest = hit.matched != Match::Exact;
-        return Choice { variant, source: Source::Tuned { bucket: hit.entry.key.m_bucket, nearest } };
+        return VariantChoice { variant, source: Source::Tuned { bucket: hit.entry.key.m_bucket, nearest } };
     }
     let reason = if let Some(stale) = lookup.stale.first() {
         let why: Vec<String> = stale.differences.iter().map(|d| d.to_string()).collect();
@@ -161,5 +161,5 @@ fn choose(db: &TuningDb, env: &Environment, arch: Arch, shape: &WeightShape, m: 
     } else {
         "not in the tuning DB".to_owned()
     };
-    Choice { variant: default_variant(shape), source: Source::Default { reason } }
+    VariantChoice { variant: default_variant(shape), source: Source::Default { reason } }
 }
