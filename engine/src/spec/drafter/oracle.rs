@@ -60,13 +60,15 @@ impl NoisyOracle {
         // Wrong tokens are all but the truth: a list without the truth holds at most vocab - 1.
         let n = if truth.is_some() && rank.is_none() { n.min(self.vocab - 1) } else { n };
         let mut tokens = Vec::with_capacity(n);
+        // Membership in a set: lists of a few hundred make a linear scan per draw a round's cost.
+        let mut taken = std::collections::HashSet::with_capacity(n);
         while tokens.len() < n {
             if Some(tokens.len()) == rank {
                 tokens.extend(truth);
                 continue;
             }
             let t = ((draw() * self.vocab as f64) as u32).min(self.vocab as u32 - 1);
-            if Some(t) != truth && !tokens.contains(&t) {
+            if Some(t) != truth && taken.insert(t) {
                 tokens.push(t);
             }
         }
