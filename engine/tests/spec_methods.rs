@@ -150,3 +150,26 @@ proptest! {
         prop_assert!((rate(&chosen) - best).abs() <= 1e-12 * best, "choose {b}: {} against the best {best}", rate(&chosen));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// The same with a real drafter: prompt lookup, whose drafts are often empty or wrong.
+    #[test]
+    fn lookup_chains_and_cost_aware_trees_equal_greedy(
+        int4 in any::<bool>(),
+        prompt in prop::collection::vec(0u32..8, 1..16),
+        max_new in 1usize..20,
+        len in 0usize..8,
+        slope in 0.0f64..200.0,
+    ) {
+        let model = &MODELS[int4 as usize];
+        let greedy = greedy_generate(model, &prompt, max_new, None).unwrap();
+        let aware = Method::CostAware { limits: TreeLimits { budget: 12, draft_len: len }, cost: cost(vec![(1, 100.0), (2, 100.0 + slope)]) };
+        for method in [Method::Chain { len }, aware] {
+            let mut lookup = kdtree_engine::spec::LookupDrafter::new(3, model.config.vocab_size);
+            let (tokens, _) = speculative_generate(model, &mut lookup, &prompt, max_new, &method, None).unwrap();
+            prop_assert_eq!(&tokens, &greedy, "{:?}", method);
+        }
+    }
+}
