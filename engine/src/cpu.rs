@@ -42,6 +42,68 @@ pub struct CpuExperts {
     experts: Vec<(HostLinear, HostLinear)>,
 }
 
+/// Each row's experts with their weights, in ascending expert index ([`route`]).
+pub(crate) type Routes = Vec<Vec<(usize, f32)>>;
+
+impl CpuExperts {
+    pub(crate) fn top_k(&self) -> usize {
+        self.routing.top_k
+    }
+
+    /// Routes every row of `x` (the router in f32, then [`route`]).
+    pub(crate) fn routes(&self, x: &CpuTensor) -> Result<Routes> {
+        let logits = cpu::linear(&x.data, x.rows(), &self.router, self.routing.n_experts)?;
+        Ok(logits.chunks_exact(self.routing.n_experts).map(|l| route(l, &self.bias, &self.routing)).collect())
+    }
+
+    /// The outputs of experts `which` for the rows routed to them, written to `outs` (`[rows, top_k,
+    /// hidden]`) at `(row, slot)`, slot = rank of the expert among the row's choices; other entries
+    /// are left as they are.
+    pub(crate) fn expert_outputs(
+        &self,
+        x: &CpuTensor,
+        routes: &Routes,
+        which: std::ops::Range<usize>,
+        outs: &mut [f32],
+    ) -> Result<()> {
+        let (h, k) = (x.cols, self.routing.top_k);
+        for i in which {
+            let (w13, down) = &self.experts[i];
+            let users: Vec<(usize, usize)> = routes
+                .iter()
+                .enumerate()
+                .filter_map(|(row, r)| r.iter().position(|&(x, _)| x == i).map(|slot| (row, slot)))
+                .collect();
+            if users.is_empty() {
+                continue;
+            }
+            let xs: Vec<f32> = users.iter().flat_map(|&(row, _)| x.data[row * h..(row + 1) * h].to_vec()).collect();
+            let act = silu_mul_halves(&linear(&xs, users.len(), w13)?, w13.n());
+            let ys = linear(&act, users.len(), down)?;
+            for (&(row, slot), y) in users.iter().zip(ys.chunks_exact(h)) {
+                outs[(row * k + slot) * h..][..h].copy_from_slice(y);
+            }
+        }
+        Ok(())
+    }
+
+    /// Each row's expert outputs `outs` (`[rows, top_k, hidden]`), weighted and added in slot order
+    /// (= ascending expert index).
+    pub(crate) fn combine(&self, routes: &Routes, outs: &[f32], h: usize) -> CpuTensor {
+        let k = self.routing.top_k;
+        let mut y = vec![0f32; routes.len() * h];
+        for (row, r) in routes.iter().enumerate() {
+            let acc = &mut y[row * h..(row + 1) * h];
+            for (slot, &(_, w)) in r.iter().enumerate() {
+                for (a, &o) in acc.iter_mut().zip(&outs[(row * k + slot) * h..][..h]) {
+                    *a += o * w;
+                }
+            }
+        }
+        CpuTensor { data: y, cols: h }
+    }
+}
+
 fn shape_error(op: &str, reason: String) -> EngineError {
     EngineError::InvalidArgument(format!("{op}: {reason}"))
 }
@@ -196,39 +258,10 @@ impl Backend for CpuBackend {
     }
 
     fn moe(&self, x: &CpuTensor, e: &CpuExperts) -> Result<CpuTensor> {
-        let (m, h) = (x.rows(), x.cols);
-        let logits = cpu::linear(&x.data, m, &e.router, e.routing.n_experts)?;
-        let routes: Vec<Vec<(usize, f32)>> =
-            logits.chunks_exact(e.routing.n_experts).map(|l| route(l, &e.bias, &e.routing)).collect();
-        let k = e.routing.top_k;
-        // Expert outputs by (row, slot), slot = rank of the expert among the row's choices.
-        let mut outs = vec![0f32; m * k * h];
-        for (i, (w13, down)) in e.experts.iter().enumerate() {
-            let users: Vec<(usize, usize)> = routes
-                .iter()
-                .enumerate()
-                .filter_map(|(row, r)| r.iter().position(|&(x, _)| x == i).map(|slot| (row, slot)))
-                .collect();
-            if users.is_empty() {
-                continue;
-            }
-            let xs: Vec<f32> = users.iter().flat_map(|&(row, _)| x.data[row * h..(row + 1) * h].to_vec()).collect();
-            let act = silu_mul_halves(&linear(&xs, users.len(), w13)?, w13.n());
-            let ys = linear(&act, users.len(), down)?;
-            for (&(row, slot), y) in users.iter().zip(ys.chunks_exact(h)) {
-                outs[(row * k + slot) * h..][..h].copy_from_slice(y);
-            }
-        }
-        let mut y = vec![0f32; m * h];
-        for (row, r) in routes.iter().enumerate() {
-            let acc = &mut y[row * h..(row + 1) * h];
-            for (slot, &(_, w)) in r.iter().enumerate() {
-                for (a, &o) in acc.iter_mut().zip(&outs[(row * k + slot) * h..][..h]) {
-                    *a += o * w;
-                }
-            }
-        }
-        Ok(CpuTensor { data: y, cols: h })
+        let routes = e.routes(x)?;
+        let mut outs = vec![0f32; x.rows() * e.top_k() * x.cols];
+        e.expert_outputs(x, &routes, 0..e.experts.len(), &mut outs)?;
+        Ok(e.combine(&routes, &outs, x.cols))
     }
 
     fn argmax(&self, x: &CpuTensor) -> Result<Vec<u32>> {

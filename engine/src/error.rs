@@ -88,6 +88,10 @@ pub enum EngineError {
     )]
     NonFinite { op: String, count: usize, total: usize },
 
+    /// A simulated rank ([`crate::sharded::ShardedCpu`]) panicked; the op stopped with the others' results dropped.
+    #[error("rank {rank} of {ranks} failed in {op}; the other ranks stopped")]
+    RankFailed { rank: usize, ranks: usize, op: &'static str },
+
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 }

@@ -12,6 +12,7 @@
 //! | visibility among new tokens (tree attention) | [`TreeMask`] |
 //! | the model, its config and KV cache | [`Model`], [`Config`], [`KvCache`] |
 //! | greedy decoding | [`greedy_generate`] ([`generate`]) |
+//! | tensor/expert/vocabulary parallelism simulated over CPU ranks, bitwise equal to one rank | [`sharded::ShardedCpu`] |
 //! | DDTree speculative decoding: drafters, the draft tree, verification, the decode loop | [`spec`] |
 //! | tiny random checkpoints for tests and demos, and Kimi K2-shaped ones for benchmarks | [`tiny`] |
 //! | what `kdtree-engine bench` measures: a forward's time against its bandwidth floor | [`bench`](mod@bench) |
@@ -49,6 +50,7 @@ pub mod mask;
 pub mod model;
 pub mod ops;
 pub mod registry;
+pub mod sharded;
 pub mod spec;
 pub mod table;
 pub mod tiny;

@@ -34,6 +34,15 @@ impl DenseValues {
         self.len() == 0
     }
 
+    /// Values `range`, in their dtype.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> DenseValues {
+        match self {
+            DenseValues::F32(v) => DenseValues::F32(v[range].to_vec()),
+            DenseValues::Bf16(v) => DenseValues::Bf16(v[range].to_vec()),
+            DenseValues::F16(v) => DenseValues::F16(v[range].to_vec()),
+        }
+    }
+
     /// Values `range` widened to f32 (exact for every dtype).
     pub fn widen(&self, range: std::ops::Range<usize>) -> Vec<f32> {
         match self {
@@ -114,6 +123,36 @@ impl HostLinear {
         }
     }
 
+    /// Output rows `rows` of the weight, as a weight of their own (the inverse of [`Self::stack`]):
+    /// each output is computed from its own row, so the part's outputs are those columns of the
+    /// whole's, bit for bit.
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> Result<HostLinear> {
+        if rows.start > rows.end || rows.end > self.n() {
+            return Err(EngineError::InvalidArgument(format!(
+                "rows {}..{} of a [{}, {}] weight",
+                rows.start,
+                rows.end,
+                self.n(),
+                self.k()
+            )));
+        }
+        let (n, k) = (rows.len(), self.k());
+        match self {
+            HostLinear::Dense(d) => {
+                Ok(HostLinear::Dense(DenseWeight { n, k, values: d.values.slice(rows.start * k..rows.end * k) }))
+            }
+            HostLinear::Int4(q) => {
+                let (words, groups) = (k / kdtree_quant::int4::PER_WORD, k / q.group_size);
+                let packed = q.packed[rows.start * words..rows.end * words].to_vec();
+                let bits = q.scales.bits[rows.start * groups..rows.end * groups].to_vec();
+                let scales = Scales { dtype: q.scales.dtype, bits };
+                let part = QuantizedWeight::from_parts("rows", n, k, q.group_size, packed, scales)
+                    .map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
+                Ok(HostLinear::Int4(part))
+            }
+        }
+    }
+
     /// `[a; b]`: the rows of `b` after those of `a`, in one weight (gate and up as one GEMM). Every
     /// output is computed from its own row, so the fused weight's outputs equal the two apart.
     pub fn stack(a: HostLinear, b: HostLinear) -> Result<HostLinear> {
@@ -176,6 +215,12 @@ mod tests {
         assert_eq!(d.dequantized().row(3), b[..32]);
         assert!(HostLinear::stack(dense(&a, 3, 32), HostLinear::Int4(qb)).is_err());
         assert!(HostLinear::stack(dense(&a, 3, 32), dense(&a, 6, 16)).is_err());
+        // Rows undo stacking, for both formats.
+        assert_eq!(both.rows(0..3).unwrap(), HostLinear::Int4(qa));
+        assert_eq!(both.rows(3..5).unwrap().dequantized().to_f32(), both.dequantized().to_f32()[3 * 32..]);
+        assert_eq!(d.rows(3..5).unwrap(), dense(&b, 2, 32));
+        assert_eq!(d.rows(2..2).unwrap().n(), 0);
+        assert!(d.rows(4..6).is_err());
     }
 
     #[test]
