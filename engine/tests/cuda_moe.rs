@@ -3,9 +3,12 @@
 //! experts-touched count while profiling, and the per-expert fallback for dense experts. Run on a GPU
 //! machine: `cargo test --release -p kdtree-engine --test cuda_moe -- --ignored --nocapture`.
 
+mod gpu_common;
+
+use gpu_common::cuda;
+
 use kdtree_engine::TreeMask;
 use kdtree_engine::cpu::CpuBackend;
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels};
 use kdtree_engine::model::{Routing, route};
 use kdtree_engine::registry::{Backend, DenseValues, DenseWeight, HostExperts, HostLinear};
 use kdtree_quant::sample::symmetric;
@@ -14,16 +17,6 @@ use kdtree_quant::{Dtype, QuantizedWeight};
 /// As `cuda_ops.rs`'s MoE bound: the GPU rounds X, the gate-up output and the SiLU product to bf16
 /// (eps 2^-8, half of it each) where the CPU keeps f32, plus the kernels' own f32 sums.
 const MOE_BOUND: f32 = 8.0 * 0.0039;
-
-fn cuda() -> CudaBackend {
-    let options = CudaOptions {
-        ordinal: 0,
-        tuning_db: "/nonexistent/tuning.json".into(),
-        mode: Mode::Exact { m: 1 },
-        moe: MoeKernels::default(),
-    };
-    CudaBackend::open(&options).expect("a GPU")
-}
 
 fn int4(n: usize, k: usize, seed: u64) -> HostLinear {
     HostLinear::Int4(QuantizedWeight::quantize(&symmetric(n * k, seed, 0.5), n, k, 32, Dtype::Bf16).unwrap())

@@ -2,9 +2,12 @@
 //! through the one [`Backend`] trait, within each op's bound. Run on a GPU machine:
 //! `cargo test --release -p kdtree-engine --test cuda_ops -- --ignored --nocapture`.
 
+mod gpu_common;
+
+use gpu_common::cuda;
+
 use kdtree_engine::TreeMask;
 use kdtree_engine::cpu::CpuBackend;
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels};
 use kdtree_engine::model::Routing;
 use kdtree_engine::registry::{
     Backend, DenseValues, DenseWeight, Heads, HostExperts, HostLinear, KvStore, RopeLayout, RopeSpan,
@@ -24,16 +27,6 @@ const MOE_BOUND: f32 = 8.0 * 0.0039;
 /// The workspace's one measure ([`kdtree_quant::compare`]), norm-wise: `max |gpu - cpu| / max |cpu|`;
 /// the smallest positive floor, so that an all-zero reference demands an exact result.
 const MEASURE: Measure = Measure::whole(f32::MIN_POSITIVE);
-
-fn cuda() -> CudaBackend {
-    let options = CudaOptions {
-        ordinal: 0,
-        tuning_db: "/nonexistent/tuning.json".into(),
-        mode: Mode::Exact { m: 1 },
-        moe: MoeKernels::default(),
-    };
-    CudaBackend::open(&options).expect("a GPU")
-}
 
 fn dense(n: usize, k: usize, seed: u64) -> HostLinear {
     let v = symmetric(n * k, seed, 0.5).into_iter().map(half::bf16::from_f32).collect();
