@@ -16,6 +16,23 @@ pub struct Generation {
     pub decode: Duration,
 }
 
+impl Generation {
+    /// The tokens after the first (which the prefill yields): one decode forward each.
+    pub fn decoded(&self) -> usize {
+        self.tokens.len().saturating_sub(1)
+    }
+
+    /// [`Generation::decoded`] tokens per second of [`Generation::decode`].
+    pub fn decode_tokens_per_s(&self) -> f64 {
+        rate(self.decoded(), self.decode.as_secs_f64())
+    }
+}
+
+/// Tokens per second, 0 where nothing was timed.
+pub fn rate(tokens: usize, seconds: f64) -> f64 {
+    if tokens == 0 || seconds <= 0.0 { 0.0 } else { tokens as f64 / seconds }
+}
+
 /// Up to `max_new` argmax tokens after `prompt`, stopping after `stop` (which is included).
 /// The prompt is prefilled in one forward pass.
 pub fn greedy_generate<B: Backend>(

@@ -163,8 +163,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let greedy =
         (args.generate > 0).then(|| greedy_generate_timed(&model, &prompt, args.generate, None)).transpose()?;
-    let decode_tps =
-        greedy.as_ref().map(|g| g.tokens.len().saturating_sub(1) as f64 / g.decode.as_secs_f64().max(1e-9));
+    let decode_tps = greedy.as_ref().map(|g| g.decode_tokens_per_s());
     let points = rows.iter().map(|r| (r.t, r.median_us)).collect();
     let cost = CostModel::new(cuda.describe(), args.model.display().to_string(), points)?;
     let cost_path = args.save_cost.clone().unwrap_or_else(|| default_cost_path(&args));

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use kdtree_engine::bench::peak_rss;
 use kdtree_engine::cpu::CpuBackend;
+use kdtree_engine::generate::rate;
 use kdtree_engine::registry::Backend;
 use kdtree_engine::spec::SpecArgs;
 use kdtree_engine::table::table;
@@ -69,11 +70,6 @@ fn check(args: &GenerateArgs, config: &Config) -> kdtree_engine::Result<()> {
     Ok(())
 }
 
-/// Tokens per second, 0 where nothing was timed.
-fn rate(tokens: usize, seconds: f64) -> f64 {
-    if tokens == 0 || seconds <= 0.0 { 0.0 } else { tokens as f64 / seconds }
-}
-
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let config_path = args.model.join("config.json");
     let config = Config::load(&config_path).with_context(|| format!("reading {}", config_path.display()))?;
@@ -109,10 +105,9 @@ fn run_on<B: Backend>(
     let g = greedy_generate_timed(&model, &args.prompt_ids, args.max_new, args.stop)?;
     let prefill_s = g.prefill.as_secs_f64();
     let decode_s = g.decode.as_secs_f64();
-    // The first new token comes out of the prefill; every later one costs one decode forward.
-    let decoded = g.tokens.len().saturating_sub(1);
+    let decoded = g.decoded();
     let prefill_tps = rate(args.prompt_ids.len(), prefill_s);
-    let decode_tps = rate(decoded, decode_s);
+    let decode_tps = g.decode_tokens_per_s();
     if args.json {
         let out = serde_json::json!({
             "model": args.model, "prompt": args.prompt_ids, "tokens": g.tokens, "backend": model.backend().describe(),

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::{CostModel, Method, NoisyOracle, TreeLimits, speculative_generate};
 use crate::error::Result;
-use crate::generate::greedy_generate_timed;
+use crate::generate::{greedy_generate_timed, rate};
 use crate::model::Model;
 use crate::registry::Backend;
 
@@ -52,7 +52,7 @@ pub fn compare<B: Backend>(
     mut progress: impl FnMut(&SpecRow),
 ) -> Result<Vec<SpecRow>> {
     let greedy = greedy_generate_timed(target, prompt, tokens, None)?;
-    let greedy_tps = rate(greedy.tokens.len(), greedy.decode.as_secs_f64());
+    let greedy_tps = greedy.decode_tokens_per_s();
     let row = SpecRow {
         method: "greedy".into(),
         p: None,
@@ -72,7 +72,8 @@ pub fn compare<B: Backend>(
             let mut oracle = NoisyOracle::new(truth.clone(), p, seed, target.config.vocab_size)?;
             let (out, stats) = speculative_generate(target, &mut oracle, prompt, tokens, method, None)?;
             let rounds_s = stats.elapsed.saturating_sub(stats.prefill_time).as_secs_f64();
-            let tps = rate(stats.generated, rounds_s);
+            // The first token comes from the prefill, as in greedy decoding.
+            let tps = rate(stats.generated.saturating_sub(1), rounds_s);
             let row = SpecRow {
                 method: method.label(),
                 p: Some(p),
@@ -89,11 +90,6 @@ pub fn compare<B: Backend>(
         }
     }
     Ok(rows)
-}
-
-/// Tokens after the first, per second; 0 when nothing was timed.
-fn rate(tokens: usize, seconds: f64) -> f64 {
-    if tokens < 2 || seconds <= 0.0 { 0.0 } else { (tokens - 1) as f64 / seconds }
 }
 
 /// A table for people.
