@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use kdtree_engine::model::{Routing, route};
+use kdtree_engine::model::route;
 use kdtree_engine::tiny::{Sharding, TinySpec, write_model};
 use kdtree_engine::{Config, Model};
 use kdtree_quant::SafetensorsFile;
@@ -139,7 +139,7 @@ fn the_router_spreads_tokens_over_the_experts() {
     let gate = read("model.layers.1.mlp.gate.weight");
     let bias = read("model.layers.1.mlp.gate.e_score_correction_bias");
     let config = Config::parse("config.json", &spec.config_json()).unwrap();
-    let routing = Routing::from_config(&config);
+    let routing = config.routing();
     let tokens = 1024;
     let x = kdtree_quant::sample::symmetric(tokens * h, 9, 3f32.sqrt());
     let mut counts = vec![0usize; e];

@@ -28,15 +28,7 @@ fn check_route(logits: &[f32], bias: &[f32], r: &Routing) -> Result<(), TestCase
     let (dl, db) = (k.stream().clone_htod(logits).unwrap(), k.stream().clone_htod(bias).unwrap());
     let mut ids = k.stream().alloc_zeros::<u32>(tokens * r.top_k).unwrap();
     let mut weights = k.stream().alloc_zeros::<f32>(tokens * r.top_k).unwrap();
-    let ours = kdtree_kernels::Routing {
-        n_experts: r.n_experts,
-        top_k: r.top_k,
-        n_group: r.n_group,
-        topk_group: r.topk_group,
-        norm_topk_prob: r.norm_topk_prob,
-        routed_scaling_factor: r.routed_scaling_factor,
-    };
-    kdtree_kernels::route_noaux_tc(k, &dl, &db, &ours, &mut ids, &mut weights).unwrap();
+    kdtree_kernels::route_noaux_tc(k, &dl, &db, r, &mut ids, &mut weights).unwrap();
     let (ids, weights) = (k.stream().clone_dtoh(&ids).unwrap(), k.stream().clone_dtoh(&weights).unwrap());
     for t in 0..tokens {
         let want = route(&logits[t * r.n_experts..][..r.n_experts], bias, r);

@@ -98,15 +98,7 @@ pub fn route(
     ids: &mut CudaSlice<u32>,
     weights: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let routing = kk::Routing {
-        n_experts: r.n_experts,
-        top_k: r.top_k,
-        n_group: r.n_group,
-        topk_group: r.topk_group,
-        norm_topk_prob: r.norm_topk_prob,
-        routed_scaling_factor: r.routed_scaling_factor,
-    };
-    Ok(kk::route_noaux_tc(k, logits, bias, &routing, ids, weights)?)
+    Ok(kk::route_noaux_tc(k, logits, bias, r, ids, weights)?)
 }
 
 /// `dst[idx[start + i]] = f32(src[i])` for `i < m`, half rows of `cols`.

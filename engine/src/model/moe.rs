@@ -8,26 +8,19 @@ use super::probe::Probe;
 use crate::error::Result;
 use crate::registry::{Backend, HostExperts};
 
-/// The router's settings, from the config.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Routing {
-    pub n_experts: usize,
-    pub top_k: usize,
-    pub n_group: usize,
-    pub topk_group: usize,
-    pub norm_topk_prob: bool,
-    pub routed_scaling_factor: f32,
-}
+/// The router's settings: one type for the CPU reference and the GPU router kernel.
+pub use kdtree_kernels::Routing;
 
-impl Routing {
-    pub fn from_config(c: &Config) -> Self {
-        Self {
-            n_experts: c.n_routed_experts,
-            top_k: c.num_experts_per_tok,
-            n_group: c.n_group,
-            topk_group: c.topk_group,
-            norm_topk_prob: c.norm_topk_prob,
-            routed_scaling_factor: c.routed_scaling_factor,
+impl Config {
+    /// The router's settings.
+    pub fn routing(&self) -> Routing {
+        Routing {
+            n_experts: self.n_routed_experts,
+            top_k: self.num_experts_per_tok,
+            n_group: self.n_group,
+            topk_group: self.topk_group,
+            norm_topk_prob: self.norm_topk_prob,
+            routed_scaling_factor: self.routed_scaling_factor,
         }
     }
 }
@@ -90,7 +83,7 @@ impl<B: Backend> Moe<B> {
                 Ok((gate_up, down))
             })
             .collect::<Result<_>>()?;
-        let host = HostExperts { routing: Routing::from_config(c), router, bias, experts };
+        let host = HostExperts { routing: c.routing(), router, bias, experts };
         let shared_inter = c.moe_intermediate_size * c.n_shared_experts;
         let shared = (c.n_shared_experts > 0)
             .then(|| Mlp::load(ckpt, c, b, &format!("{prefix}.shared_experts"), shared_inter, bytes))

@@ -6,7 +6,7 @@ use kdtree_jit::kernel::Kernels;
 use crate::error::Result;
 use crate::{launch, shape};
 
-/// The router's settings, as the engine's `Routing`.
+/// The router's settings (the engine's config gives them, and its CPU router takes the same type).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Routing {
     pub n_experts: usize,
