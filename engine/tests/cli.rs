@@ -141,3 +141,25 @@ fn a_grouped_variant_is_named_in_full_or_refused() {
     );
     assert_says(&stderr, &["cannot be used with"]);
 }
+
+#[test]
+fn bench_refuses_an_oracle_p_outside_zero_to_one_before_opening_a_gpu() {
+    let model = tiny();
+    let output = Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args([
+            "bench",
+            "--backend",
+            "cpu",
+            "--model",
+            model.path().to_str().unwrap(),
+            "--spec",
+            "--oracle-p",
+            "0.5,1.5",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_says(&stderr, &["--oracle-p 1.5 is not a probability"]);
+    assert!(!stderr.contains("panicked") && !stderr.contains("GPU"), "{stderr}");
+}

@@ -81,6 +81,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.reps == 0 || args.max_t == 0 {
         bail!("--reps and --max-t must be at least 1");
     }
+    if let Some(p) = args.oracle_p.iter().find(|p| !(0.0..=1.0).contains(*p)) {
+        bail!("--oracle-p {p} is not a probability: the values must lie in [0, 1]");
+    }
     let Some(cuda) = args.backend.open(1)? else {
         bail!("`bench` measures on a GPU, and none is usable here (see the note above, or pass --backend cuda)");
     };
@@ -100,9 +103,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.context,
             c.max_position_embeddings
         );
-    }
-    if args.oracle_p.iter().any(|p| !(0.0..=1.0).contains(p)) {
-        bail!("--oracle-p values must lie in [0, 1]");
     }
     let stream = cuda.stream().clone();
     let mut clock = CudaClock::new(stream.clone());

@@ -109,6 +109,20 @@ mod tests {
     }
 
     #[test]
+    fn files_round_trip_and_bad_ones_name_themselves() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cost.json");
+        let m = model(vec![(1, 100.0), (4, 160.0)]);
+        m.save(&path).unwrap();
+        assert_eq!(CostModel::load(&path).unwrap(), m);
+        std::fs::write(&path, "{not json").unwrap();
+        let e = CostModel::load(&path).unwrap_err().to_string();
+        assert!(e.contains("cost.json") && e.contains("not a cost model"), "{e}");
+        let missing = CostModel::load(&dir.path().join("none.json")).unwrap_err().to_string();
+        assert!(missing.contains("none.json"), "{missing}");
+    }
+
+    #[test]
     fn a_flat_cost_takes_every_likely_node_and_a_steep_one_stops_early() {
         let scores = [0.9f64.ln(), 0.8f64.ln(), 0.7f64.ln(), 0.01f64.ln()];
         // Free extra rows: every node adds tokens.

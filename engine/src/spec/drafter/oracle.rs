@@ -118,6 +118,8 @@ mod tests {
         let never = NoisyOracle::new(truth.clone(), 0.0, 1, 9).unwrap();
         assert!((0..30).all(|pos| never.depth(pos, 1, 3)[0].token != truth[pos + 1]));
         assert!(sure.draft(&[8, 8], 1, 2, 2).is_err(), "not greedy's text");
-        assert!(NoisyOracle::new(truth, 1.5, 1, 9).is_err());
+        assert!(NoisyOracle::new(truth.clone(), 1.5, 1, 9).is_err());
+        assert!(NoisyOracle::new(truth.clone(), 0.5, 1, 1).is_err(), "no wrong token to propose");
+        assert!(NoisyOracle::new(truth, 0.5, 1, 8).is_err(), "token 8 is outside a vocabulary of 8");
     }
 }
