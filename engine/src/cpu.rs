@@ -156,7 +156,7 @@ impl Backend for CpuBackend {
         KvCache::new(layers, heads)
     }
 
-    fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask) -> Result<CpuBatch> {
+    fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask, _past: usize) -> Result<CpuBatch> {
         Ok(CpuBatch { tokens: tokens.to_vec(), positions: positions.to_vec(), mask: mask.clone() })
     }
 
@@ -227,7 +227,14 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn kv_append(&self, cache: &mut KvCache, layer: usize, kv: &CpuTensor, k_rope: &CpuTensor) -> Result<()> {
+    fn kv_append(
+        &self,
+        cache: &mut KvCache,
+        layer: usize,
+        kv: &CpuTensor,
+        k_rope: &CpuTensor,
+        _: &CpuBatch,
+    ) -> Result<()> {
         let Heads { heads, nope, rope, v: vd, .. } = cache.heads();
         if kv.cols != heads * (nope + vd) || k_rope.cols != rope || kv.rows() != k_rope.rows() {
             return Err(shape_error("kv_append", format!("kv rows of {}, k_rope rows of {}", kv.cols, k_rope.cols)));

@@ -76,7 +76,7 @@ fn input<B: Backend>(b: &B, tokens: usize, h: usize, seed: u64) -> B::Tensor {
     let table = b.linear_weight("embed", dense(tokens, h, seed)).unwrap();
     let ids: Vec<u32> = (0..tokens as u32).collect();
     let positions: Vec<usize> = (0..tokens).collect();
-    let batch = b.batch(&ids, &positions, &TreeMask::causal(tokens)).unwrap();
+    let batch = b.batch(&ids, &positions, &TreeMask::causal(tokens), 0).unwrap();
     b.embedding(&table, &batch).unwrap()
 }
 
@@ -149,7 +149,7 @@ fn a_tokens_output_does_not_depend_on_the_others() {
     let all = gpu.to_host(&gpu.moe(&input(&gpu, tokens, h, 6), &experts).unwrap()).unwrap();
     let table = gpu.linear_weight("embed", dense(tokens, h, 6)).unwrap();
     for t in [0usize, 1, 17, 63] {
-        let batch = gpu.batch(&[t as u32], &[0], &TreeMask::causal(1)).unwrap();
+        let batch = gpu.batch(&[t as u32], &[0], &TreeMask::causal(1), 0).unwrap();
         let x = gpu.embedding(&table, &batch).unwrap();
         let one = gpu.to_host(&gpu.moe(&x, &experts).unwrap()).unwrap();
         let (a, b) = (&all[t * h..(t + 1) * h], &one[..]);

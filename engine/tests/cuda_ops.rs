@@ -49,7 +49,8 @@ fn run_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
     let tokens = [3u32, 0, 7, 7, 1];
     let positions = [4usize, 5, 6, 6, 7];
     let mask = TreeMask::from_parents(&[None, Some(0), Some(1), Some(1), Some(3)]);
-    let batch = b.batch(&tokens, &positions, &mask).unwrap();
+    // The attention below runs these tokens after a cache of 3 entries.
+    let batch = b.batch(&tokens, &positions, &mask, 3).unwrap();
     let table = b.linear_weight("embed", dense(8, h, seed)).unwrap();
     let x = b.embedding(&table, &batch).unwrap();
     let mut out = vec![("embedding", b.to_host(&x).unwrap(), 0.0)];
@@ -78,13 +79,14 @@ fn run_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
     // Attention: 2 heads of nope 8 + rope 4, values of 6, after a cache of 3 entries.
     let heads = Heads { heads: 2, nope: 8, rope: 4, v: 6, scale: 0.3 };
     let mut cache = b.new_cache(1, heads);
-    let ctx = b.batch(&[1, 2, 3], &[0, 1, 2], &TreeMask::causal(3)).unwrap();
+    let ctx = b.batch(&[1, 2, 3], &[0, 1, 2], &TreeMask::causal(3), 0).unwrap();
     let kv_w = b.linear_weight("kv", dense(2 * (8 + 6), h, seed + 4)).unwrap();
     let rope_w = b.linear_weight("rope", dense(4, h, seed + 5)).unwrap();
     let past = b.embedding(&b.linear_weight("e", dense(8, h, seed + 6)).unwrap(), &ctx).unwrap();
-    b.kv_append(&mut cache, 0, &b.linear(&past, &kv_w).unwrap(), &b.linear(&past, &rope_w).unwrap()).unwrap();
+    b.kv_append(&mut cache, 0, &b.linear(&past, &kv_w).unwrap(), &b.linear(&past, &rope_w).unwrap(), &ctx).unwrap();
     cache.commit(3);
-    b.kv_append(&mut cache, 0, &b.linear(&normed, &kv_w).unwrap(), &b.linear(&normed, &rope_w).unwrap()).unwrap();
+    b.kv_append(&mut cache, 0, &b.linear(&normed, &kv_w).unwrap(), &b.linear(&normed, &rope_w).unwrap(), &batch)
+        .unwrap();
     let qw = b.linear_weight("q", dense(2 * 12, h, seed + 7)).unwrap();
     let att = b.attention(&b.linear(&normed, &qw).unwrap(), &cache, 0, &batch).unwrap();
     out.push(("kv_append + attention", b.to_host(&att).unwrap(), BF16_BOUND));

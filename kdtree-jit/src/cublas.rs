@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
-use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr};
 use kdtree_quant::Dtype;
 
 use crate::{Error, Result};
@@ -19,6 +19,22 @@ use crate::{Error, Result};
 pub fn present() -> bool {
     // SAFETY: only tries to open the library by its known names.
     unsafe { blas_sys::is_culib_present() }
+}
+
+/// The workspace NVIDIA recommends for Hopper and newer.
+pub const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// Gives `blas` a workspace of [`WORKSPACE_BYTES`] on `stream` (the handle's), so that cuBLAS never
+/// allocates one of its own while a stream is captured into a CUDA graph. The caller keeps the
+/// buffer alive as long as the handle, and drops the handle first.
+pub fn set_workspace(blas: &CudaBlas, stream: &Arc<CudaStream>) -> Result<CudaSlice<u8>> {
+    let mut workspace = stream.alloc_zeros::<u8>(WORKSPACE_BYTES)?;
+    let (ptr, sync) = workspace.device_ptr_mut(stream);
+    // SAFETY: a live handle and a device buffer of the size given, which the caller keeps alive while
+    // the handle may use it.
+    unsafe { blas_sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut _, WORKSPACE_BYTES) }.result()?;
+    drop(sync);
+    Ok(workspace)
 }
 
 /// The element type of a GEMM operand. bf16 and f16 live in `u16` buffers (their bits), f32 in

@@ -3,13 +3,16 @@
 // Cache row start + t becomes, per head, [nope | rope] in k_cache ([capacity, heads, nope + rope]) and
 // [vd] in v_cache ([capacity, heads, vd]): the layout attention_tree reads. One block per (token, head),
 // threads over the head's nope + rope + vd values; every read and write is coalesced.
+//
+// `start` is read from device memory, so that a recorded CUDA graph appends at the cache's length of the
+// forward it replays; rows past the capacity are never written.
 
 extern "C" __global__ void kv_append(const float* __restrict__ kv, const float* __restrict__ k_rope,
                                      float* __restrict__ k_cache, float* __restrict__ v_cache, unsigned int n,
                                      unsigned int heads, unsigned int nope, unsigned int rope, unsigned int vd,
-                                     unsigned int start) {
-    const unsigned int t = blockIdx.x, h = blockIdx.y;
-    if (t >= n || h >= heads) return;
+                                     const unsigned int* __restrict__ start_at, unsigned int capacity) {
+    const unsigned int t = blockIdx.x, h = blockIdx.y, start = *start_at;
+    if (t >= n || h >= heads || start >= capacity || t >= capacity - start) return;
     const unsigned int qk = nope + rope;
     const float* src = kv + ((size_t)t * heads + h) * (nope + vd);
     const float* shared_rope = k_rope + (size_t)t * rope;

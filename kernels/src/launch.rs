@@ -172,7 +172,7 @@ pub unsafe fn rope_strided(
 );
 
 /// Writes `n` tokens' keys (`kv`'s nope part per head, then `k_rope`) and values to cache rows
-/// `start..start + n`.
+/// `start..start + n`, `start` read from the device (`start[0]`); rows at or past `capacity` are skipped.
 #[kernel(file = "cuda/kv_append.cu", grid = (n, heads), block = 128)]
 pub unsafe fn kv_append(
     kv: &CudaSlice<f32>,
@@ -184,11 +184,13 @@ pub unsafe fn kv_append(
     nope: u32,
     rope: u32,
     vd: u32,
-    start: u32,
+    start: &CudaSlice<u32>,
+    capacity: u32,
 );
 
-/// Tree attention of `n` queries over `past` cached entries and the new ones `mask` shows them; the
-/// dynamic shared memory holds one row's list of visible new tokens.
+/// Tree attention of `n` queries over `past[0]` cached entries (read from the device) and the new ones
+/// `mask` shows them; the dynamic shared memory holds one row's list of visible new tokens. Nothing is
+/// written when `past[0] + n` exceeds `capacity`.
 #[kernel(
     template = "cuda/attention.cu.tera",
     params(WARPS = 4),
@@ -203,7 +205,8 @@ pub unsafe fn attention_tree(
     mask: &CudaSlice<u32>,
     out: &mut CudaSlice<f32>,
     n: u32,
-    past: u32,
+    past: &CudaSlice<u32>,
+    capacity: u32,
     heads: u32,
     qk: u32,
     vd: u32,

@@ -45,7 +45,8 @@ fn gpu_attention(
     let (dq, dk, dv) = (up(q), up(k_cache), up(v_cache));
     let dm = k.stream().clone_htod(&mask_of(mask)).unwrap();
     let mut out = k.stream().alloc_zeros::<f32>(mask.len() * s.heads * s.v_dim).unwrap();
-    kdtree_kernels::attention_tree(k, &dq, &dk, &dv, &dm, past, s, &mut out).unwrap();
+    let past = k.stream().clone_htod(&[past as u32]).unwrap();
+    kdtree_kernels::attention_tree(k, &dq, &dk, &dv, &dm, &past, s, &mut out).unwrap();
     k.stream().clone_dtoh(&out).unwrap()
 }
 
@@ -133,9 +134,21 @@ proptest! {
         let (dkv, dr) = (k.stream().clone_htod(&kv).unwrap(), k.stream().clone_htod(&k_rope).unwrap());
         let mut kc = k.stream().clone_htod(&vec![-1.0f32; want_k.len()]).unwrap();
         let mut vc = k.stream().clone_htod(&vec![-1.0f32; want_v.len()]).unwrap();
-        kdtree_kernels::kv_append(k, &dkv, &dr, KvLayout { heads, nope, rope, v_dim }, start, &mut kc, &mut vc).unwrap();
-        prop_assert_eq!(k.stream().clone_dtoh(&kc).unwrap(), want_k);
-        prop_assert_eq!(k.stream().clone_dtoh(&vc).unwrap(), want_v);
+        let at = k.stream().clone_htod(&[start as u32]).unwrap();
+        kdtree_kernels::kv_append(k, &dkv, &dr, KvLayout { heads, nope, rope, v_dim }, &at, &mut kc, &mut vc).unwrap();
+        prop_assert_eq!(k.stream().clone_dtoh(&kc).unwrap(), want_k.clone());
+        prop_assert_eq!(k.stream().clone_dtoh(&vc).unwrap(), want_v.clone());
+        // A start whose rows run past the capacity writes only the rows that fit.
+        let late = capacity - 1;
+        let at = k.stream().clone_htod(&[late as u32]).unwrap();
+        let mut kc = k.stream().clone_htod(&vec![-1.0f32; want_k.len()]).unwrap();
+        let mut vc = k.stream().clone_htod(&vec![-1.0f32; want_v.len()]).unwrap();
+        kdtree_kernels::kv_append(k, &dkv, &dr, KvLayout { heads, nope, rope, v_dim }, &at, &mut kc, &mut vc).unwrap();
+        let (got_k, got_v) = (k.stream().clone_dtoh(&kc).unwrap(), k.stream().clone_dtoh(&vc).unwrap());
+        let (row_k, row_v) = (heads * qk, heads * v_dim);
+        prop_assert!(got_k[..late * row_k].iter().chain(&got_v[..late * row_v]).all(|&x| x == -1.0));
+        prop_assert_eq!(&got_k[late * row_k..], &want_k[start * row_k..(start + 1) * row_k]);
+        prop_assert_eq!(&got_v[late * row_v..], &want_v[start * row_v..(start + 1) * row_v]);
     }
 
     #[test]
@@ -211,15 +224,23 @@ fn attention_refuses_what_it_cannot_compute() {
     let cache = k.stream().alloc_zeros::<f32>(n).unwrap();
     let mask = k.stream().alloc_zeros::<u32>(n * n.div_ceil(32)).unwrap();
     let mut out = k.stream().alloc_zeros::<f32>(n).unwrap();
-    let err = kdtree_kernels::attention_tree(k, &q, &cache, &cache, &mask, 0, s, &mut out).unwrap_err();
+    let zero = k.stream().clone_htod(&[0u32]).unwrap();
+    let err = kdtree_kernels::attention_tree(k, &q, &cache, &cache, &mask, &zero, s, &mut out).unwrap_err();
     assert!(matches!(err, kdtree_kernels::Error::Unsupported { .. }), "{err}");
-    // A cache one entry short of past + n.
+    // A cache shorter than the new tokens.
     let q = k.stream().alloc_zeros::<f32>(2).unwrap();
     let mask = k.stream().clone_htod(&[1u32, 3]).unwrap();
     let mut out = k.stream().alloc_zeros::<f32>(2).unwrap();
-    let cache = k.stream().alloc_zeros::<f32>(4).unwrap();
-    let err = kdtree_kernels::attention_tree(k, &q, &cache, &cache, &mask, 3, s, &mut out).unwrap_err();
+    let cache = k.stream().alloc_zeros::<f32>(1).unwrap();
+    let err = kdtree_kernels::attention_tree(k, &q, &cache, &cache, &mask, &zero, s, &mut out).unwrap_err();
     assert!(matches!(err, kdtree_kernels::Error::Shape { .. }), "{err}");
+    let cache = k.stream().alloc_zeros::<f32>(4).unwrap();
+    // A past whose entries and the new ones overrun the cache: nothing is written (the host keeps
+    // past + n within the cache; the kernel only refuses to read past it).
+    let mut out = k.stream().clone_htod(&[7.0f32, 7.0]).unwrap();
+    let three = k.stream().clone_htod(&[3u32]).unwrap();
+    kdtree_kernels::attention_tree(k, &q, &cache, &cache, &mask, &three, s, &mut out).unwrap();
+    assert_eq!(k.stream().clone_dtoh(&out).unwrap(), [7.0, 7.0]);
 }
 
 #[test]

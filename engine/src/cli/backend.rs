@@ -41,6 +41,12 @@ pub struct BackendArgs {
     /// [default: bm 8, 4 warps, bk 128, 4 stages (2 where shared memory is short)].
     #[arg(long, value_name = "NAME", value_parser = grouped_variant)]
     pub grouped_variant: Option<W4a16Grouped>,
+    /// Run every forward op by op. By default a forward of up to 256 tokens is recorded as a CUDA
+    /// graph the second time its size runs, and replayed after that: one launch a step instead of
+    /// one per op. Forwards whose MoE layers read their routing back (--per-expert-moe) and
+    /// profiled forwards always run op by op.
+    #[arg(long)]
+    pub no_graphs: bool,
     /// Which GPU (0 is the first).
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
@@ -53,7 +59,7 @@ impl BackendArgs {
         let mode = if self.fast { Mode::Fast } else { Mode::Exact { m: self.exact_variant_m.unwrap_or(default_m) } };
         let tuning_db = self.tuning_db.clone().unwrap_or_else(TuningDb::default_path);
         let moe = if self.per_expert_moe { MoeKernels::PerExpert } else { MoeKernels::Grouped(self.grouped_variant) };
-        let options = CudaOptions { ordinal: self.gpu, tuning_db, mode, moe };
+        let options = CudaOptions { ordinal: self.gpu, tuning_db, mode, moe, graphs: !self.no_graphs };
         Ok(match select(self.backend, || CudaBackend::open(&options))? {
             Selection::Cpu { note } => {
                 if let Some(note) = note {

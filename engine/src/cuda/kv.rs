@@ -7,6 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream};
 use kdtree_jit::kernel::Kernels;
 
+use super::graph::Graphs;
 use crate::error::Result;
 use crate::model::check_compact;
 use crate::registry::{Heads, KvStore};
@@ -19,11 +20,13 @@ pub struct CudaKv {
     pub(super) capacity: usize,
     len: usize,
     kernels: Arc<Kernels>,
+    /// Forwards recorded from this cache, which read its layers' buffers.
+    pub(super) graphs: Graphs,
 }
 
 impl CudaKv {
     pub(super) fn new(kernels: Arc<Kernels>, layers: usize, heads: Heads) -> Self {
-        Self { heads, layer_count: layers, layers: Vec::new(), capacity: 0, len: 0, kernels }
+        Self { heads, layer_count: layers, layers: Vec::new(), capacity: 0, len: 0, kernels, graphs: Graphs::default() }
     }
 
     fn stream(&self) -> &Arc<CudaStream> {
@@ -34,11 +37,18 @@ impl CudaKv {
         (self.heads.heads * self.heads.qk(), self.heads.heads * self.heads.v)
     }
 
-    /// Room for `entries` entries in every layer, the committed ones kept.
+    /// How many forward sizes are recorded as CUDA graphs from this cache.
+    pub fn recorded_graphs(&self) -> usize {
+        self.graphs.recorded()
+    }
+
+    /// Room for `entries` entries in every layer, the committed ones kept. Growing moves the layers,
+    /// so the graphs recorded from them are dropped.
     pub(super) fn reserve(&mut self, entries: usize) -> Result<()> {
         if entries <= self.capacity {
             return Ok(());
         }
+        self.graphs.clear();
         let capacity = entries.next_power_of_two().max(256);
         let (kw, vw) = self.widths();
         let len = self.len;

@@ -18,6 +18,7 @@
 //! ([`gemm`]), and the small kernels compute each row on its own.
 
 mod gemm;
+mod graph;
 mod kv;
 mod linear;
 mod moe;
@@ -27,7 +28,7 @@ mod tensor;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
@@ -38,10 +39,12 @@ use kdtree_jit::tune::env::Environment;
 use kdtree_jit::w4a16::W4a16;
 use kdtree_jit::{Cache, Gpu, Target, Variant, compile_all};
 
+pub use graph::MAX_GRAPH_TOKENS;
 pub use kv::CudaKv;
 pub use linear::{CudaLinear, ShapeKernels};
 pub use moe::CudaExperts;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
+use tensor::HostBatch;
 pub use tensor::{CudaBatch, CudaTensor};
 
 use crate::error::{EngineError, Result};
@@ -58,6 +61,9 @@ pub struct CudaOptions {
     pub mode: Mode,
     /// How routed INT4 experts run.
     pub moe: MoeKernels,
+    /// Record each forward size of up to [`MAX_GRAPH_TOKENS`] tokens as a CUDA graph the second
+    /// time it runs, and replay it after that ([`graph`]).
+    pub graphs: bool,
 }
 
 /// How routed INT4 experts run.
@@ -85,6 +91,12 @@ pub struct CudaBackend {
     db: TuningDb,
     mode: Mode,
     moe: MoeKernels,
+    graphs: bool,
+    /// Set when an MoE layer runs one chain per expert, which reads its routing back to the host
+    /// mid-forward: such a forward cannot be recorded.
+    host_synced: AtomicBool,
+    /// cuBLAS's workspace, set by us so that a captured GEMM never allocates its own.
+    _blas_workspace: cudarc::driver::CudaSlice<u8>,
     /// `None` when the cache directory cannot be opened: kernels then compile every time.
     cache: Option<Cache>,
     shapes: Mutex<BTreeMap<WeightShape, Arc<ShapeKernels>>>,
@@ -122,6 +134,7 @@ impl CudaBackend {
         }
         let blas = CudaBlas::new(gpu.stream.clone())
             .map_err(|e| EngineError::BackendUnavailable { reason: format!("cuBLAS could not start: {e}") })?;
+        let blas_workspace = kdtree_jit::cublas::set_workspace(&blas, &gpu.stream)?;
         kdtree_kernels::launch::all();
         let kernels = Arc::new(Kernels::load(&gpu, cache.as_ref())?);
         Ok(CudaBackend {
@@ -132,6 +145,9 @@ impl CudaBackend {
             db,
             mode: options.mode,
             moe: options.moe,
+            graphs: options.graphs,
+            host_synced: AtomicBool::new(false),
+            _blas_workspace: blas_workspace,
             cache,
             shapes: Mutex::default(),
             experts_launched: AtomicUsize::new(0),
@@ -208,6 +224,14 @@ impl CudaBackend {
             p.push((class(), start, end));
         }
         Ok(out)
+    }
+
+    /// Whether forwards are recorded as graphs now: asked for, no MoE layer reads back mid-forward,
+    /// and not profiling (which times each op with events of its own).
+    fn graphs_now(&self) -> bool {
+        self.graphs
+            && !self.host_synced.load(Ordering::Relaxed)
+            && self.profile.lock().unwrap_or_else(|p| p.into_inner()).is_none()
     }
 
     fn count_experts(&self, n: usize) {
@@ -297,18 +321,8 @@ impl Backend for CudaBackend {
         CudaKv::new(self.kernels.clone(), layers, heads)
     }
 
-    fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask) -> Result<CudaBatch> {
-        let positions: Vec<u32> = positions
-            .iter()
-            .map(|&p| u32::try_from(p).map_err(|_| shape_error("batch", format!("position {p} is over u32"))))
-            .collect::<Result<_>>()?;
-        let s = self.stream();
-        Ok(CudaBatch {
-            n: tokens.len(),
-            tokens: s.clone_htod(tokens)?,
-            positions: s.clone_htod(&positions)?,
-            mask: s.clone_htod(&kdtree_kernels::mask_words(mask.len(), |i, j| mask.visible(i, j)))?,
-        })
+    fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask, past: usize) -> Result<CudaBatch> {
+        HostBatch::new(tokens, positions, mask, past)?.upload(self.stream())
     }
 
     fn embedding(&self, table: &CudaLinear, batch: &CudaBatch) -> Result<CudaTensor> {
@@ -377,21 +391,37 @@ impl Backend for CudaBackend {
         self.timed(rest, || ops::rope(&self.kernels, &mut x.data, x.cols, span, &batch.positions, cos, sin))
     }
 
-    fn kv_append(&self, cache: &mut CudaKv, layer: usize, kv: &CudaTensor, k_rope: &CudaTensor) -> Result<()> {
-        let start = cache.len();
-        cache.reserve(start + kv.rows)?;
+    fn kv_append(
+        &self,
+        cache: &mut CudaKv,
+        layer: usize,
+        kv: &CudaTensor,
+        k_rope: &CudaTensor,
+        batch: &CudaBatch,
+    ) -> Result<()> {
+        if kv.rows != batch.n {
+            return Err(shape_error("kv_append", format!("{} rows for a batch of {}", kv.rows, batch.n)));
+        }
+        // The kernel appends at the batch's `past`, which is the cache's length.
+        cache.reserve(cache.len() + kv.rows)?;
         let heads = cache.heads;
         let (k, v) =
             cache.layers.get_mut(layer).ok_or_else(|| shape_error("kv_append", format!("no layer {layer}")))?;
-        self.timed(attention, || ops::kv_append(&self.kernels, &kv.data, &k_rope.data, heads, start, k, v))
+        self.timed(attention, || ops::kv_append(&self.kernels, &kv.data, &k_rope.data, heads, &batch.past, k, v))
     }
 
     fn attention(&self, q: &CudaTensor, cache: &CudaKv, layer: usize, batch: &CudaBatch) -> Result<CudaTensor> {
         let h = cache.heads;
         let (k, v) = cache.layers.get(layer).ok_or_else(|| shape_error("attention", format!("no layer {layer}")))?;
+        if cache.len() + batch.n > cache.capacity {
+            return Err(shape_error(
+                "attention",
+                format!("{} entries, room for {}", cache.len() + batch.n, cache.capacity),
+            ));
+        }
         self.timed(attention, || {
             let mut out = self.tensor(batch.n, h.heads * h.v)?;
-            ops::attention(&self.kernels, &q.data, k, v, &batch.mask, cache.len(), h, &mut out.data)?;
+            ops::attention(&self.kernels, &q.data, k, v, &batch.mask, &batch.past, h, &mut out.data)?;
             Ok(out)
         })
     }
@@ -409,10 +439,33 @@ impl Backend for CudaBackend {
     }
 
     fn argmax_checked(&self, x: &CudaTensor) -> Result<(Vec<u32>, usize)> {
-        self.timed(rest, || ops::argmax_checked(&self.kernels, &x.data, x.cols, self.output(x.rows)?, self.output(1)?))
+        self.timed(rest, || {
+            let (mut ids, mut count) = (self.output(x.rows)?, self.output(1)?);
+            ops::argmax_checked(&self.kernels, &x.data, x.cols, &mut ids, &mut count)?;
+            ops::read_argmax_checked(&self.kernels, &ids, &count)
+        })
     }
 
     fn to_host(&self, x: &CudaTensor) -> Result<Vec<f32>> {
         Ok(self.stream().clone_dtoh(&x.data)?)
+    }
+
+    fn forward_argmax<F>(
+        &self,
+        cache: &mut CudaKv,
+        tokens: &[u32],
+        positions: &[usize],
+        mask: &TreeMask,
+        forward: F,
+    ) -> Result<(Vec<u32>, usize)>
+    where
+        F: FnOnce(&mut CudaKv, &CudaBatch) -> Result<CudaTensor>,
+    {
+        if self.graphs_now() {
+            return graph::forward_argmax(self, cache, tokens, positions, mask, forward);
+        }
+        let batch = self.batch(tokens, positions, mask, cache.len())?;
+        let logits = forward(cache, &batch)?;
+        self.argmax_checked(&logits)
     }
 }

@@ -74,6 +74,7 @@ impl CudaExperts {
             Ok(v) => Experts::Grouped(Box::new(Grouped::upload(b, v, e.experts)?)),
             Err(why) => {
                 eprintln!("note: {name}: the routed experts run one launch chain per expert: {why}");
+                b.host_synced.store(true, std::sync::atomic::Ordering::Relaxed);
                 let experts = e
                     .experts
                     .into_iter()

@@ -60,20 +60,20 @@ fn kv_layout(h: Heads) -> kk::KvLayout {
     kk::KvLayout { heads: h.heads, nope: h.nope, rope: h.rope, v_dim: h.v }
 }
 
-/// Writes the new tokens' keys and values to cache rows `start..`.
+/// Writes the new tokens' keys and values to cache rows `start[0]..`.
 pub fn kv_append(
     k: &Kernels,
     kv: &CudaSlice<f32>,
     k_rope: &CudaSlice<f32>,
     h: Heads,
-    start: usize,
+    start: &CudaSlice<u32>,
     k_cache: &mut CudaSlice<f32>,
     v_cache: &mut CudaSlice<f32>,
 ) -> Result<()> {
     Ok(kk::kv_append(k, kv, k_rope, kv_layout(h), start, k_cache, v_cache)?)
 }
 
-/// Tree attention of the batch's queries over `past` cached entries and the new ones.
+/// Tree attention of the batch's queries over `past[0]` cached entries and the new ones.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     k: &Kernels,
@@ -81,7 +81,7 @@ pub fn attention(
     k_cache: &CudaSlice<f32>,
     v_cache: &CudaSlice<f32>,
     mask: &CudaSlice<u32>,
-    past: usize,
+    past: &CudaSlice<u32>,
     h: Heads,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
@@ -143,19 +143,24 @@ pub fn embedding(
     Ok(kk::embedding_bf16(k, table, dim, ids, out)?)
 }
 
-/// Row-wise argmax of `x` (rows of `cols`) into `ids`, and how many values of `x` are NaN or infinite
-/// into `count` (one value): both kernels are enqueued before anything is read, so the two copies
-/// back wait for the GPU once.
+/// Enqueues the row-wise argmax of `x` (rows of `cols`) into `ids`, and how many values of `x` are
+/// NaN or infinite into `count` (one value); [`read_argmax_checked`] reads both back, waiting for the
+/// GPU once.
 pub fn argmax_checked(
     k: &Kernels,
     x: &CudaSlice<f32>,
     cols: usize,
-    mut ids: CudaSlice<u32>,
-    mut count: CudaSlice<u32>,
-) -> Result<(Vec<u32>, usize)> {
-    kk::argmax(k, x, cols, &mut ids)?;
-    kk::count_nonfinite(k, x, &mut count)?;
-    let ids = k.stream().clone_dtoh(&ids)?;
-    let count = k.stream().clone_dtoh(&count)?;
+    ids: &mut CudaSlice<u32>,
+    count: &mut CudaSlice<u32>,
+) -> Result<()> {
+    kk::argmax(k, x, cols, ids)?;
+    kk::count_nonfinite(k, x, count)?;
+    Ok(())
+}
+
+/// The ids and the count [`argmax_checked`] wrote.
+pub fn read_argmax_checked(k: &Kernels, ids: &CudaSlice<u32>, count: &CudaSlice<u32>) -> Result<(Vec<u32>, usize)> {
+    let ids = k.stream().clone_dtoh(ids)?;
+    let count = k.stream().clone_dtoh(count)?;
     Ok((ids, count[0] as usize))
 }

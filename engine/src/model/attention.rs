@@ -90,7 +90,7 @@ impl<B: Backend> Attention<B> {
         b.rope(&mut k_rope, RopeSpan { stride: r, offset: 0, dim: r, layout }, &rope.cos, &rope.sin, batch)?;
         probe.check(&k_rope, "self_attn.k_rope after rope")?;
         let kv = checked("kv_b_proj", b.linear(&latent, &self.kv_b)?)?;
-        b.kv_append(cache, layer, &kv, &k_rope)?;
+        b.kv_append(cache, layer, &kv, &k_rope, batch)?;
         let out = checked("attention", b.attention(&q, cache, layer, batch)?)?;
         checked("o_proj", b.linear(&out, &self.o)?)
     }

@@ -239,8 +239,11 @@ impl<B: Backend> Model<B> {
         mask: Option<&TreeMask>,
     ) -> Result<Vec<u32>> {
         let start = cache.len();
-        let logits = self.forward_on(cache, tokens, positions, mask)?;
-        match self.backend.argmax_checked(&logits)? {
+        let b = &*self.backend;
+        let checked = self.checked(cache, tokens, positions, mask, |cache, mask| {
+            b.forward_argmax(cache, tokens, positions, mask, |cache, batch| self.run(cache, batch, &Probe::off(b)))
+        })?;
+        match checked {
             (ids, 0) => Ok(ids),
             (_, bad) => {
                 let total = tokens.len() * self.config.vocab_size;
@@ -297,6 +300,22 @@ impl<B: Backend> Model<B> {
         mask: Option<&TreeMask>,
         probe: &Probe<'_, B>,
     ) -> Result<B::Tensor> {
+        self.checked(cache, tokens, positions, mask, |cache, mask| {
+            let batch = self.backend.batch(tokens, positions, mask, cache.len())?;
+            self.run(cache, &batch, probe)
+        })
+    }
+
+    /// Checks a forward's inputs, then runs `forward` with its mask (causal when `None`); commits the
+    /// cache when it succeeds, rolls it back when it fails.
+    fn checked<R>(
+        &self,
+        cache: &mut B::Cache,
+        tokens: &[u32],
+        positions: &[usize],
+        mask: Option<&TreeMask>,
+        forward: impl FnOnce(&mut B::Cache, &TreeMask) -> Result<R>,
+    ) -> Result<R> {
         let n = tokens.len();
         let causal;
         let mask = match mask {
@@ -321,7 +340,7 @@ impl<B: Backend> Model<B> {
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::TokenOutOfRange { id, vocab });
         }
-        let result = self.run(cache, tokens, positions, mask, probe);
+        let result = forward(cache, mask);
         match &result {
             Ok(_) => cache.commit(n),
             Err(_) => cache.rollback(),
@@ -329,23 +348,16 @@ impl<B: Backend> Model<B> {
         result
     }
 
-    fn run(
-        &self,
-        cache: &mut B::Cache,
-        tokens: &[u32],
-        positions: &[usize],
-        mask: &TreeMask,
-        probe: &Probe<'_, B>,
-    ) -> Result<B::Tensor> {
+    /// The layers of one forward of `batch`, to its logits.
+    fn run(&self, cache: &mut B::Cache, batch: &B::Batch, probe: &Probe<'_, B>) -> Result<B::Tensor> {
         let (c, b) = (&self.config, &*self.backend);
-        let batch = b.batch(tokens, positions, mask)?;
-        let mut x = b.embedding(&self.embed, &batch)?;
+        let mut x = b.embedding(&self.embed, batch)?;
         probe.check(&x, "embedding")?;
         for (i, layer) in self.layers.iter().enumerate() {
             let probe = probe.layer(i);
             let normed = b.rmsnorm(&x, &layer.input_norm, c.rms_norm_eps)?;
             probe.check(&normed, "input_layernorm")?;
-            let attn = layer.attn.forward(b, c, &self.rope, &normed, i, cache, &batch, &probe)?;
+            let attn = layer.attn.forward(b, c, &self.rope, &normed, i, cache, batch, &probe)?;
             b.add_assign(&mut x, &attn)?;
             probe.check(&x, "residual after self_attn")?;
             let normed = b.rmsnorm(&x, &layer.post_norm, c.rms_norm_eps)?;

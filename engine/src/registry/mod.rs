@@ -15,6 +15,7 @@
 //! | [`Backend::kv_append`], [`Backend::attention`] | the KV cache and tree-masked attention |
 //! | [`Backend::moe`] | routing and the routed experts of one MoE layer |
 //! | [`Backend::argmax`], [`Backend::argmax_checked`], [`Backend::to_host`] | what leaves the backend: ids (with a count of NaN and infinite logits), or logits |
+//! | [`Backend::forward_argmax`] | a whole forward to its argmax ids, which a backend may record once and replay |
 
 mod linear;
 mod startup;
@@ -123,7 +124,8 @@ pub trait Backend: Send + Sync + Sized {
     fn new_cache(&self, layers: usize, heads: Heads) -> Self::Cache;
 
     /// Uploads one forward's inputs. `positions` index the rotary table; callers have checked them.
-    fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask) -> Result<Self::Batch>;
+    /// `past` is the cache's committed entries, after which the batch's are appended.
+    fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask, past: usize) -> Result<Self::Batch>;
 
     /// Rows `tokens` of `table` (`[vocab, dim]`, dense).
     fn embedding(&self, table: &Self::Linear, batch: &Self::Batch) -> Result<Self::Tensor>;
@@ -147,7 +149,14 @@ pub trait Backend: Send + Sync + Sized {
     ) -> Result<()>;
     /// Appends the batch's keys and values to layer `layer` after the committed entries: `kv` is
     /// `[n, heads, nope + v]` (`kv_b_proj`'s output), `k_rope` `[n, rope]` (rotated, shared by the heads).
-    fn kv_append(&self, cache: &mut Self::Cache, layer: usize, kv: &Self::Tensor, k_rope: &Self::Tensor) -> Result<()>;
+    fn kv_append(
+        &self,
+        cache: &mut Self::Cache,
+        layer: usize,
+        kv: &Self::Tensor,
+        k_rope: &Self::Tensor,
+        batch: &Self::Batch,
+    ) -> Result<()>;
     /// Attention of the batch's queries `q` (`[n, heads, qk]`) over layer `layer`'s committed entries
     /// and the new ones the batch's mask lets each see, in cache order; masked keys are skipped, not
     /// zero-weighted, so a tree node's output equals a sequential forward's over its path. `[n, heads, v]`.
@@ -168,6 +177,28 @@ pub trait Backend: Send + Sync + Sized {
     fn argmax_checked(&self, x: &Self::Tensor) -> Result<(Vec<u32>, usize)>;
     /// The tensor on the host, row-major.
     fn to_host(&self, x: &Self::Tensor) -> Result<Vec<f32>>;
+
+    /// One forward from `cache` that ends in [`Self::argmax_checked`] of its logits: `forward` is the
+    /// model's, run on the batch of `tokens`. A backend may record the work `forward` enqueues once
+    /// per batch size and replay it for later forwards of that size with their inputs (CUDA graphs),
+    /// without calling `forward`; so `forward` must enqueue the same work for every batch of one
+    /// size, and change no host state but what the replay also leaves (the cache's appended entries,
+    /// committed by the caller). The caller has checked the inputs.
+    fn forward_argmax<F>(
+        &self,
+        cache: &mut Self::Cache,
+        tokens: &[u32],
+        positions: &[usize],
+        mask: &TreeMask,
+        forward: F,
+    ) -> Result<(Vec<u32>, usize)>
+    where
+        F: FnOnce(&mut Self::Cache, &Self::Batch) -> Result<Self::Tensor>,
+    {
+        let batch = self.batch(tokens, positions, mask, cache.len())?;
+        let logits = forward(cache, &batch)?;
+        self.argmax_checked(&logits)
+    }
 }
 
 /// The rotary tables of a model on its backend.

@@ -187,8 +187,8 @@ impl Backend for ShardedCpu {
         CpuBackend.new_cache(layers, heads)
     }
 
-    fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask) -> Result<CpuBatch> {
-        CpuBackend.batch(tokens, positions, mask)
+    fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask, past: usize) -> Result<CpuBatch> {
+        CpuBackend.batch(tokens, positions, mask, past)
     }
 
     fn embedding(&self, table: &ShardedLinear, batch: &CpuBatch) -> Result<CpuTensor> {
@@ -204,7 +204,7 @@ impl Backend for ShardedCpu {
                 .unzip();
             let positions = vec![0; local.len()];
             let rows =
-                CpuBackend.embedding(w, &CpuBackend.batch(&local, &positions, &TreeMask::causal(local.len()))?)?;
+                CpuBackend.embedding(w, &CpuBackend.batch(&local, &positions, &TreeMask::causal(local.len()), 0)?)?;
             Ok((at, rows))
         })?;
         let cols = table.shards.first().map_or(0, |(_, w)| w.k());
@@ -245,8 +245,15 @@ impl Backend for ShardedCpu {
         CpuBackend.rope(x, span, cos, sin, batch)
     }
 
-    fn kv_append(&self, cache: &mut KvCache, layer: usize, kv: &CpuTensor, k_rope: &CpuTensor) -> Result<()> {
-        CpuBackend.kv_append(cache, layer, kv, k_rope)
+    fn kv_append(
+        &self,
+        cache: &mut KvCache,
+        layer: usize,
+        kv: &CpuTensor,
+        k_rope: &CpuTensor,
+        batch: &CpuBatch,
+    ) -> Result<()> {
+        CpuBackend.kv_append(cache, layer, kv, k_rope, batch)
     }
 
     fn attention(&self, q: &CpuTensor, cache: &KvCache, layer: usize, batch: &CpuBatch) -> Result<CpuTensor> {

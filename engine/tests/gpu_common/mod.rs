@@ -4,13 +4,14 @@
 use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels};
 
 /// GPU 0 with no tuning DB (a missing file: every W4A16 shape runs its default variant), exact mode
-/// tuned for one row, grouped MoE.
+/// tuned for one row, grouped MoE, CUDA graphs.
 pub fn options() -> CudaOptions {
     CudaOptions {
         ordinal: 0,
         tuning_db: "/nonexistent/tuning.json".into(),
         mode: Mode::Exact { m: 1 },
         moe: MoeKernels::default(),
+        graphs: true,
     }
 }
 

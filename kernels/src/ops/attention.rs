@@ -19,22 +19,28 @@ pub struct KvLayout {
 
 /// Appends n tokens to the caches at rows `start..start + n`: `kv` is kv_b_proj's output
 /// [n, heads, nope + v_dim], `k_rope` the rotated [n, rope]. Cache row t holds, per head, `[nope | rope]`
-/// in `k_cache` ([capacity, heads, nope + rope]) and the value in `v_cache` ([capacity, heads, v_dim]);
-/// `start + n <= capacity`.
+/// in `k_cache` ([capacity, heads, nope + rope]) and the value in `v_cache` ([capacity, heads, v_dim]).
+///
+/// `start` is `start[0]`, on the device, so that a recorded CUDA graph of a forward appends where the
+/// cache ends when it is replayed. The caller keeps `start + n <= capacity`; rows past it are skipped.
 pub fn kv_append(
     k: &Kernels,
     kv: &CudaSlice<f32>,
     k_rope: &CudaSlice<f32>,
     layout: KvLayout,
-    start: usize,
+    start: &CudaSlice<u32>,
     k_cache: &mut CudaSlice<f32>,
     v_cache: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let KvLayout { heads, nope, rope, v_dim } = layout;
-    let a = shape::kv_append(kv.len(), k_rope.len(), (heads, nope, rope, v_dim), start, k_cache.len(), v_cache.len())?;
+    let a = shape::kv_append(kv.len(), k_rope.len(), (heads, nope, rope, v_dim), k_cache.len(), v_cache.len())?;
+    shape::scalar("kv_append", "start", start.len())?;
     if a.n > 0 {
-        // SAFETY: kv is n x heads x (nope + vd), k_rope n x rope; the caches hold start + n rows or more.
-        unsafe { launch::kv_append(k, kv, k_rope, k_cache, v_cache, a.n, a.heads, a.nope, a.rope, a.vd, a.start) }?;
+        // SAFETY: kv is n x heads x (nope + vd), k_rope n x rope, start one value; the caches hold
+        // `capacity` rows, and the kernel writes none at or past it.
+        unsafe {
+            launch::kv_append(k, kv, k_rope, k_cache, v_cache, a.n, a.heads, a.nope, a.rope, a.vd, start, a.capacity)
+        }?;
     }
     Ok(())
 }
@@ -51,7 +57,9 @@ pub struct AttentionShape {
 
 /// The engine's CPU `attention` on the GPU, over the caches [`kv_append`] writes: `q` [n, heads, qk_dim],
 /// `k_cache` and `v_cache` holding at least `past + n` entries, the n new ones last; `mask` [n, words]
-/// with words = ceil(n / 32) (see [`mask_words`]); `out` [n, heads, v_dim].
+/// with words = ceil(n / 32) (see [`mask_words`]); `out` [n, heads, v_dim]. `past` is `past[0]`, on the
+/// device (as [`kv_append`]'s start); the caller keeps `past + n` within the caches, and the kernel
+/// writes nothing when it is not.
 ///
 /// Query i sees the `past` cached entries, then the new tokens its mask row shows, in cache order;
 /// masked keys are skipped, not zero-weighted, and a row that sees nothing gives zeros. A row's output
@@ -68,18 +76,21 @@ pub fn attention_tree(
     k_cache: &CudaSlice<f32>,
     v_cache: &CudaSlice<f32>,
     mask: &CudaSlice<u32>,
-    past: usize,
+    past: &CudaSlice<u32>,
     shape: AttentionShape,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let AttentionShape { heads, qk_dim, v_dim, scale } = shape;
     let dims = (heads, qk_dim, v_dim);
-    let a = shape::attention(q.len(), k_cache.len(), v_cache.len(), mask.len(), out.len(), past, dims)?;
+    let a = shape::attention(q.len(), k_cache.len(), v_cache.len(), mask.len(), out.len(), dims)?;
+    shape::scalar("attention_tree", "past", past.len())?;
     if a.n > 0 {
-        // SAFETY: q is n x heads x qk, out n x heads x vd, mask n x ceil(n / 32); the caches hold at
-        // least past + n entries of heads x qk and heads x vd; n <= MAX_NEW_TOKENS keeps the 4 * n bytes
-        // of dynamic shared memory within the default limit.
-        unsafe { launch::attention_tree(k, q, k_cache, v_cache, mask, out, a.n, a.past, a.heads, a.qk, a.vd, scale) }?;
+        // SAFETY: q is n x heads x qk, out n x heads x vd, mask n x ceil(n / 32), past one value; the
+        // caches hold `capacity` entries of heads x qk and heads x vd, and the kernel reads none past
+        // them; n <= MAX_NEW_TOKENS keeps the 4 * n bytes of dynamic shared memory within the default limit.
+        unsafe {
+            launch::attention_tree(k, q, k_cache, v_cache, mask, out, a.n, past, a.capacity, a.heads, a.qk, a.vd, scale)
+        }?;
     }
     Ok(())
 }

@@ -18,7 +18,8 @@ pub struct KvAppendArgs {
     pub nope: u32,
     pub rope: u32,
     pub vd: u32,
-    pub start: u32,
+    /// Cache rows.
+    pub capacity: u32,
 }
 
 /// kv [n, heads, nope + vd] and k_rope [n, rope] into cache rows start..start + n of k_cache
@@ -27,7 +28,6 @@ pub fn kv_append(
     kv: usize,
     k_rope: usize,
     (heads, nope, rope, vd): (usize, usize, usize, usize),
-    start: usize,
     k_cache: usize,
     v_cache: usize,
 ) -> Result<KvAppendArgs> {
@@ -44,15 +44,14 @@ pub fn kv_append(
     ensure(op, v_cache == capacity * heads * vd, || {
         format!("v_cache holds {v_cache} values, not the k_cache's {capacity} rows of {heads} x {vd}")
     })?;
-    ensure(op, start + n <= capacity, || format!("rows {start}..{} are past the cache's {capacity}", start + n))?;
-    to_u32(op, "start + n", start + n)?;
+    ensure(op, n <= capacity, || format!("{n} new rows do not fit the cache's {capacity}"))?;
     Ok(KvAppendArgs {
         n: to_u32(op, "n", n)?,
         heads: to_u32(op, "heads", heads)?,
         nope: to_u32(op, "nope", nope)?,
         rope: to_u32(op, "rope", rope)?,
         vd: to_u32(op, "v_dim", vd)?,
-        start: to_u32(op, "start", start)?,
+        capacity: to_u32(op, "capacity", capacity)?,
     })
 }
 
@@ -60,20 +59,22 @@ pub fn kv_append(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionArgs {
     pub n: u32,
-    pub past: u32,
+    /// Entries both caches hold.
+    pub capacity: u32,
     pub heads: u32,
     pub qk: u32,
     pub vd: u32,
 }
 
-/// q [n, heads, qk] over caches of at least past + n entries, mask [n, ceil(n / 32)], out [n, heads, vd].
+/// q [n, heads, qk] over caches of at least n entries, mask [n, ceil(n / 32)], out [n, heads, vd]. The
+/// cached entries before the new ones are counted on the device, where the kernel checks that they
+/// and the n new ones fit the capacity returned here.
 pub fn attention(
     q: usize,
     k_cache: usize,
     v_cache: usize,
     mask: usize,
     out: usize,
-    past: usize,
     (heads, qk, vd): (usize, usize, usize),
 ) -> Result<AttentionArgs> {
     let op = "attention_tree";
@@ -91,20 +92,20 @@ pub fn attention(
     let words = n.div_ceil(32);
     ensure(op, mask == n * words, || format!("mask holds {mask} words, not {n} rows of {words}"))?;
     ensure(op, out == n * heads * vd, || format!("out holds {out} values, not {n} rows of {heads} heads of {vd}"))?;
+    ensure(op, k_cache / (heads * qk) >= n, || {
+        format!("k_cache holds {k_cache} values, fewer than {n} entries of {heads} x {qk}")
+    })?;
+    ensure(op, v_cache / (heads * vd) >= n, || {
+        format!("v_cache holds {v_cache} values, fewer than {n} entries of {heads} x {vd}")
+    })?;
     // No score buffer bounds the context: only the kernel's 32-bit entry indices do.
-    let entries = past.saturating_add(n);
-    unsupported(op, u32::try_from(entries).is_ok(), || {
-        format!("past {past} + {n} new entries do not fit the kernel's 32-bit indices")
-    })?;
-    ensure(op, k_cache / (heads * qk) >= entries, || {
-        format!("k_cache holds {k_cache} values, fewer than {entries} entries of {heads} x {qk}")
-    })?;
-    ensure(op, v_cache / (heads * vd) >= entries, || {
-        format!("v_cache holds {v_cache} values, fewer than {entries} entries of {heads} x {vd}")
+    let capacity = (k_cache / (heads * qk)).min(v_cache / (heads * vd));
+    unsupported(op, u32::try_from(capacity).is_ok(), || {
+        format!("caches of {capacity} entries do not fit the kernel's 32-bit indices")
     })?;
     Ok(AttentionArgs {
         n: to_u32(op, "n", n)?,
-        past: to_u32(op, "past", past)?,
+        capacity: to_u32(op, "capacity", capacity)?,
         heads: to_u32(op, "heads", heads)?,
         qk: to_u32(op, "qk_dim", qk)?,
         vd: to_u32(op, "v_dim", vd)?,
@@ -118,35 +119,36 @@ mod tests {
 
     #[test]
     fn kv_append_checks_the_layout_and_the_capacity() {
-        // 2 tokens, 3 heads, nope 4, rope 2, v 5, into a cache of 6 rows at row 4.
+        // 2 tokens, 3 heads, nope 4, rope 2, v 5, into a cache of 6 rows.
         let (kv, k_rope, dims) = (2 * 3 * 9, 2 * 2, (3, 4, 2, 5));
-        let args = kv_append(kv, k_rope, dims, 4, 6 * 3 * 6, 6 * 3 * 5).unwrap();
-        assert_eq!(args, KvAppendArgs { n: 2, heads: 3, nope: 4, rope: 2, vd: 5, start: 4 });
-        assert!(matches!(kv_append(kv, k_rope, dims, 5, 6 * 3 * 6, 6 * 3 * 5), Err(Error::Shape { .. })));
-        assert!(matches!(kv_append(kv - 1, k_rope, dims, 0, 6 * 3 * 6, 6 * 3 * 5), Err(Error::Shape { .. })));
-        assert!(matches!(kv_append(kv, k_rope, dims, 0, 6 * 3 * 6, 5 * 3 * 5), Err(Error::Shape { .. })));
-        assert!(matches!(kv_append(kv, k_rope, dims, 0, 6 * 3 * 6 + 1, 6 * 3 * 5), Err(Error::Shape { .. })));
-        assert!(matches!(kv_append(kv, k_rope, (3, 4, 0, 5), 0, 6 * 3 * 6, 6 * 3 * 5), Err(Error::Shape { .. })));
+        let args = kv_append(kv, k_rope, dims, 6 * 3 * 6, 6 * 3 * 5).unwrap();
+        assert_eq!(args, KvAppendArgs { n: 2, heads: 3, nope: 4, rope: 2, vd: 5, capacity: 6 });
+        assert!(matches!(kv_append(kv, k_rope, dims, 3 * 6, 3 * 5), Err(Error::Shape { .. })));
+        assert!(matches!(kv_append(kv - 1, k_rope, dims, 6 * 3 * 6, 6 * 3 * 5), Err(Error::Shape { .. })));
+        assert!(matches!(kv_append(kv, k_rope, dims, 6 * 3 * 6, 5 * 3 * 5), Err(Error::Shape { .. })));
+        assert!(matches!(kv_append(kv, k_rope, dims, 6 * 3 * 6 + 1, 6 * 3 * 5), Err(Error::Shape { .. })));
+        assert!(matches!(kv_append(kv, k_rope, (3, 4, 0, 5), 6 * 3 * 6, 6 * 3 * 5), Err(Error::Shape { .. })));
     }
 
     #[test]
     fn attention_checks_lengths_and_refuses_what_the_kernel_cannot_hold() {
-        // 33 new tokens (2 mask words a row), 2 heads, qk 24, v 16, past 100, caches of 140 entries.
-        let (n, past, dims) = (33, 100, (2, 24, 16));
-        let (q, mask, out, kc, vc) = (n * 2 * 24, n * 2, n * 2 * 16, 140 * 2 * 24, 140 * 2 * 16);
-        let args = attention(q, kc, vc, mask, out, past, dims).unwrap();
-        assert_eq!(args, AttentionArgs { n: 33, past: 100, heads: 2, qk: 24, vd: 16 });
-        assert!(attention(q, kc, vc, mask, out, 107, dims).is_ok());
-        assert!(matches!(attention(q, kc, vc, mask, out, 108, dims), Err(Error::Shape { .. })));
-        assert!(matches!(attention(q, kc, vc - 1, mask, out, 107, dims), Err(Error::Shape { .. })));
-        assert!(matches!(attention(q, kc, vc, mask - 1, out, past, dims), Err(Error::Shape { .. })));
-        assert!(matches!(attention(q, kc, vc, mask, out + 1, past, dims), Err(Error::Shape { .. })));
-        assert!(matches!(attention(q + 1, kc, vc, mask, out, past, dims), Err(Error::Shape { .. })));
-        assert!(matches!(attention(q, kc, vc, mask, out, usize::MAX, dims), Err(Error::Unsupported { .. })));
+        // 33 new tokens (2 mask words a row), 2 heads, qk 24, v 16, caches of 140 entries (v 139).
+        let (n, dims) = (33, (2, 24, 16));
+        let (q, mask, out, kc, vc) = (n * 2 * 24, n * 2, n * 2 * 16, 140 * 2 * 24, 139 * 2 * 16);
+        let args = attention(q, kc, vc, mask, out, dims).unwrap();
+        assert_eq!(args, AttentionArgs { n: 33, capacity: 139, heads: 2, qk: 24, vd: 16 });
+        assert!(attention(q, 33 * 2 * 24, 33 * 2 * 16, mask, out, dims).is_ok());
+        assert!(matches!(attention(q, 32 * 2 * 24, vc, mask, out, dims), Err(Error::Shape { .. })));
+        assert!(matches!(attention(q, kc, 32 * 2 * 16, mask, out, dims), Err(Error::Shape { .. })));
+        assert!(matches!(attention(q, kc, vc, mask - 1, out, dims), Err(Error::Shape { .. })));
+        assert!(matches!(attention(q, kc, vc, mask, out + 1, dims), Err(Error::Shape { .. })));
+        assert!(matches!(attention(q + 1, kc, vc, mask, out, dims), Err(Error::Shape { .. })));
+        let huge = (1usize << 33) * 24;
+        assert!(matches!(attention(24, huge, huge, 1, 16, (1, 24, 16)), Err(Error::Unsupported { .. })));
         let big = MAX_NEW_TOKENS + 1;
-        let too_many = attention(big * 24, 1 << 30, 1 << 30, big * big.div_ceil(32), big * 16, 0, (1, 24, 16));
+        let too_many = attention(big * 24, 1 << 30, 1 << 30, big * big.div_ceil(32), big * 16, (1, 24, 16));
         assert!(matches!(too_many, Err(Error::Unsupported { .. })));
-        let wide = attention(n * 2 * 288, 1 << 30, 1 << 30, mask, out, 0, (2, 288, 16));
+        let wide = attention(n * 2 * 288, 1 << 30, 1 << 30, mask, out, (2, 288, 16));
         assert!(matches!(wide, Err(Error::Unsupported { .. })));
     }
 }

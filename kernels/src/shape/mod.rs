@@ -53,6 +53,11 @@ pub fn same(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> {
     ensure(op, a == b, || format!("{what} hold {a} and {b} values"))
 }
 
+/// A value the kernel reads from device memory: its buffer must hold it.
+pub fn scalar(op: &'static str, what: &str, len: usize) -> Result<()> {
+    ensure(op, len >= 1, || format!("{what} is an empty buffer; the kernel reads its first value"))
+}
+
 pub fn count(op: &'static str, what: &str, n: usize) -> Result<u32> {
     to_u32(op, what, n)
 }
@@ -104,6 +109,12 @@ pub fn embedding(table: usize, dim: usize, ids: &[u32], out: usize) -> Result<(u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_scalar_needs_a_value() {
+        assert!(scalar("t", "past", 1).is_ok());
+        assert!(matches!(scalar("t", "past", 0), Err(Error::Shape { .. })));
+    }
 
     #[test]
     fn rows_must_be_whole_and_nonempty() {

@@ -1,0 +1,120 @@
+//! CUDA graphs of whole forwards: the work of a forward of n tokens is recorded once and replayed for
+//! later forwards of n tokens from the same cache, so that a decode step is one launch, not one per op.
+//!
+//! A replay changes only the data in the buffers of its batch: token ids, positions, the mask and the
+//! cache's length, which the KV append and attention read from the device for this reason. Every
+//! address recorded must stay put: the weights (fixed once loaded), the cache's layers (a cache that
+//! grows drops its graphs, [`super::CudaKv::reserve`]), the graph's own batch and output buffers, and
+//! the activations, which the graph allocates and frees itself (the stream-ordered allocations of a
+//! captured forward become the graph's memory nodes). So graphs live in the cache they were recorded
+//! from, and a model's forward enqueues the same work for every batch of one size (see
+//! [`crate::registry::Backend::forward_argmax`]).
+//!
+//! A size is recorded the second time it runs: the first runs eagerly, which also loads every module
+//! (lazily loaded modules are never first touched inside a capture), and a size seen once, such as a
+//! prompt, is never recorded.
+
+use std::collections::{HashMap, HashSet};
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaSlice};
+
+use super::CudaBackend;
+use super::kv::CudaKv;
+use super::ops;
+use super::tensor::{CudaBatch, CudaTensor, HostBatch};
+use crate::error::{EngineError, Result};
+use crate::mask::TreeMask;
+use crate::registry::{Backend, KvStore};
+
+/// The most tokens a recorded forward has: tree verification's sizes. Larger forwards (prompts) run
+/// eagerly.
+pub const MAX_GRAPH_TOKENS: usize = 256;
+/// The most sizes one cache records; further sizes run eagerly. Each graph keeps the memory of its
+/// activations.
+const MAX_GRAPHS: usize = 32;
+
+/// The graphs recorded from one cache, by batch size.
+#[derive(Default)]
+pub struct Graphs {
+    seen: HashSet<usize>,
+    recorded: HashMap<usize, Recorded>,
+}
+
+impl Graphs {
+    /// Forgets every graph: the cache's buffers they read have moved.
+    pub(super) fn clear(&mut self) {
+        self.recorded.clear();
+    }
+
+    /// How many sizes are recorded.
+    pub fn recorded(&self) -> usize {
+        self.recorded.len()
+    }
+}
+
+/// One recorded forward and the buffers it reads its inputs from and writes its outputs to.
+struct Recorded {
+    graph: CudaGraph,
+    batch: CudaBatch,
+    ids: CudaSlice<u32>,
+    count: CudaSlice<u32>,
+}
+
+/// [`Backend::forward_argmax`] through a graph of `cache`'s for this size: replayed when recorded,
+/// recorded when the size was seen before, else run eagerly.
+pub(super) fn forward_argmax<F>(
+    b: &CudaBackend,
+    cache: &mut CudaKv,
+    tokens: &[u32],
+    positions: &[usize],
+    mask: &TreeMask,
+    forward: F,
+) -> Result<(Vec<u32>, usize)>
+where
+    F: FnOnce(&mut CudaKv, &CudaBatch) -> Result<CudaTensor>,
+{
+    let n = tokens.len();
+    let inputs = HostBatch::new(tokens, positions, mask, cache.len())?;
+    // Room first: growing the cache moves its buffers, which drops the graphs that read them.
+    cache.reserve(cache.len() + n)?;
+    let s = b.stream();
+    if let Some(r) = cache.graphs.recorded.get_mut(&n) {
+        inputs.write(s, &mut r.batch)?;
+        return replay(b, r);
+    }
+    let first = cache.graphs.seen.insert(n);
+    if first || n > MAX_GRAPH_TOKENS || cache.graphs.recorded.len() >= MAX_GRAPHS {
+        let batch = inputs.upload(s)?;
+        let logits = forward(cache, &batch)?;
+        return b.argmax_checked(&logits);
+    }
+    let r = record(b, cache, inputs.upload(s)?, forward)?;
+    let out = replay(b, &r);
+    cache.graphs.recorded.insert(n, r);
+    out
+}
+
+fn replay(b: &CudaBackend, r: &Recorded) -> Result<(Vec<u32>, usize)> {
+    r.graph.launch()?;
+    ops::read_argmax_checked(b.kernels(), &r.ids, &r.count)
+}
+
+/// Captures `forward` of `batch` and the argmax of its logits into a graph; nothing runs until it is
+/// launched.
+fn record<F>(b: &CudaBackend, cache: &mut CudaKv, batch: CudaBatch, forward: F) -> Result<Recorded>
+where
+    F: FnOnce(&mut CudaKv, &CudaBatch) -> Result<CudaTensor>,
+{
+    let s = b.stream();
+    let (mut ids, mut count) = (b.output::<u32>(batch.n)?, b.output::<u32>(1)?);
+    // Thread-local: only this thread's calls are checked for what a capture cannot hold.
+    s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let enqueued = forward(cache, &batch)
+        .and_then(|logits| ops::argmax_checked(b.kernels(), &logits.data, logits.cols, &mut ids, &mut count));
+    // The capture ends whatever happened, so the stream is never left capturing.
+    let graph = s.end_capture(CUgraphInstantiate_flags(0));
+    enqueued?;
+    let graph = graph?.ok_or_else(|| EngineError::InvalidArgument("the captured forward enqueued nothing".into()))?;
+    Ok(Recorded { graph, batch, ids, count })
+}
