@@ -109,6 +109,23 @@ fn tune_rejects_bad_arguments_before_looking_for_a_gpu() {
 }
 
 #[test]
+fn tune_of_the_moe_preset_needs_a_gpu_and_takes_routing_only_there() {
+    let help = stdout(&kdtree_jit(&["tune", "--help"]));
+    assert!(help.contains("kimi-k2-moe") && help.contains("--routing") && help.contains("401 for both routings"));
+    for routing in ["uniform", "skewed", "both"] {
+        let stderr = failure(&["tune", "--preset", "kimi-k2-moe", "--routing", routing, "--gpu", "99"]);
+        assert!(stderr.contains("`tune` measures on a GPU"), "{stderr}");
+        assert!(stderr.contains("no CUDA driver") || stderr.contains("GPU 99"), "{stderr}");
+    }
+    let stderr = failure(&["tune", "--shape", "256,512", "--routing", "skewed"]);
+    assert!(stderr.contains("--routing is for the MoE presets (kimi-k2-moe) only"), "{stderr}");
+    let stderr = failure(&["tune", "--preset", "kimi-k2-moe", "--plot", "moe.svg"]);
+    assert!(stderr.contains("`kimi-k2-moe` tunes MoE steps"), "{stderr}");
+    let stderr = failure(&["tune", "--preset", "kimi-k2-moe", "--routing", "hot"]);
+    assert!(stderr.contains("uniform") && stderr.contains("skewed"), "the routings are listed: {stderr}");
+}
+
+#[test]
 fn compile_with_a_filter_that_matches_nothing_fails_saying_so() {
     // Before NVRTC is looked for: an empty --nvrtc dir does not change the answer.
     let empty = tempfile::tempdir().unwrap();

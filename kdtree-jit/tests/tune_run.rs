@@ -50,6 +50,7 @@ impl FakeDevice {
 }
 
 impl Tuner for FakeDevice {
+    type Variant = W4a16;
     type Kernel = ();
 
     fn env(&self) -> &Environment {

@@ -113,8 +113,11 @@ impl CudaExperts {
 /// each of one shape, group size and scale dtype, bf16 activations (the SiLU and scatter kernels'),
 /// gate-up `[2 * inter, hidden]` and down `[hidden, inter]`.
 ///
-/// The variant is [`W4a16Grouped::default_for`] the weights' dtype and group on this GPU; tuning
-/// (`kdtree-jit tune`) is to pick it per shape and T bucket, as the tuning DB does for the GEMMs.
+/// The variant is `--grouped-variant`'s if given, else the tuning DB's for this layer
+/// (`kdtree-jit tune --preset kimi-k2-moe`, uniform routing) at the T bucket of exact mode's tokens
+/// (fast mode: the largest bucket, as for the GEMMs' variant of every M), else
+/// [`W4a16Grouped::default_for`] the weights' dtype and group on this GPU. One variant serves every
+/// T, so the outputs stay batch-invariant.
 fn grouped_variant(b: &CudaBackend, e: &HostExperts, hidden: usize) -> std::result::Result<W4a16Grouped, String> {
     let quantized = |w: &HostLinear| match w {
         HostLinear::Int4(q) => Some((q.n, q.k, q.group_size, q.scales.dtype)),
@@ -149,7 +152,25 @@ fn grouped_variant(b: &CudaBackend, e: &HostExperts, hidden: usize) -> std::resu
     }
     let group = u32::try_from(g).map_err(|_| format!("group size {g}"))?;
     let target = Target { arch: b.gpu().arch };
-    let v = chosen.unwrap_or_else(|| W4a16Grouped::default_for(dtype, group, &target));
+    // A layer whose sizes do not fit a tuning key has no entry.
+    let tuned = || {
+        use kdtree_jit::tune::key::{MoeShape, RoutingDist, Shape, T_BUCKETS};
+        let dim = |v: usize| u32::try_from(v).ok();
+        let layer = MoeShape {
+            gate_up: Shape { n: dim(n_gu)?, k: dim(k_gu)? },
+            down: Shape { n: dim(n_d)?, k: dim(k_d)? },
+            experts: dim(e.experts.len())?,
+            top_k: dim(e.routing.top_k)?,
+            routing: RoutingDist::Uniform,
+        };
+        let tokens = match b.mode {
+            super::Mode::Exact { m } => dim(m).unwrap_or(u32::MAX),
+            super::Mode::Fast => *T_BUCKETS.last().expect("buckets"),
+        };
+        let found = kdtree_jit::tune::moe::best_grouped(&b.db, &b.env, &target, &layer, (group, dtype), tokens);
+        found.map(|(v, _)| v)
+    };
+    let v = chosen.or_else(tuned).unwrap_or_else(|| W4a16Grouped::default_for(dtype, group, &target));
     if (v.dtype, v.group_size) != (dtype, group) {
         return Err(format!("{} is for {} g{}, the experts are {dtype} g{group}", v.name(), v.dtype, v.group_size));
     }

@@ -1,4 +1,5 @@
-//! `kdtree-jit tune`: the fastest correct W4A16 variant per shape and M on this GPU, into the tuning DB.
+//! `kdtree-jit tune`: the fastest correct W4A16 variant per shape and M (or grouped variant per MoE
+//! layer, routing and T) on this GPU, into the tuning DB.
 
 use std::path::{Path, PathBuf};
 
@@ -8,9 +9,10 @@ use kdtree_quant::Dtype;
 
 use kdtree_jit::tune::db::{self, TuningDb};
 use kdtree_jit::tune::flush::FlushMode;
-use kdtree_jit::tune::key::{self, M_BUCKETS, Shape};
+use kdtree_jit::tune::key::{self, M_BUCKETS, MoePreset, RoutingDist, Shape};
+use kdtree_jit::tune::moe_gpu::MoeSession;
 use kdtree_jit::tune::report::{self, Report, Row, StaleRow};
-use kdtree_jit::tune::run::{self, Progress, TuneRequest};
+use kdtree_jit::tune::run::{self, ProblemOf, Progress, TuneOutcome, TuneRequest, Tuner};
 use kdtree_jit::tune::session::Session;
 use kdtree_jit::{Cache, Gpu, probe};
 
@@ -28,7 +30,19 @@ more rows than M (mma tiles above max(16, M), stream and gemv blocks above 4 M, 
 power of two); no split-K once the grid alone is four waves of the SMs deep; no variant whose
 compilation failed before with the same arch, NVRTC and templates (--retry-failed tries again). For
 the kimi-k2 preset on an H200 this leaves 16 to 78 of the 135 valid bf16 group-32 variants per
-(shape, M), 1624 in all; the whole preset, compiling them on 16 cores included, takes about 20 s.";
+(shape, M), 1624 in all; the whole preset, compiling them on 16 cores included, takes about 20 s.
+
+kimi-k2-moe tunes grouped MoE steps instead: per routing and T (tokens of a forward: 1, 2, 4, ...,
+256), the router's top-8 of 384 experts is drawn from a fixed seed (distinct experts per token;
+uniform, or skewed with Zipf weights 1/(e+1)) and aligned; each candidate runs the gate-up grouped
+product then the down one, as the engine does with one variant, both gated against the CPU
+reference, then the pair is timed as one step as above (no cuBLAS peer). The experts cycle through
+4 distinct random weights per projection, each at its own address, so the time is that of 384.
+Pruning, per step: bf16 group 32 (25 of the 150 valid sm_90 grouped variants), then no tile taller
+than 4x the rows of the busiest expert (rounded up to a power of two), the stream rule above. On
+sm_90 this leaves 14 to 25 variants per step, 401 for both routings (uniform: 14 at T <= 2, 21 at
+T = 4..16, 25 from T = 32; skewed: 25 from T = 4). Timing them takes seconds; the CPU reference
+(about 180 G multiply-adds per routing over all T) takes most of the run.";
 
 /// Tune W4A16 GEMM variants on this GPU and store the winners in the tuning DB.
 #[derive(Debug, clap::Args)]
@@ -38,8 +52,15 @@ pub struct TuneArgs {
     /// 4096x7168 (an expert's gate and up fused) and 7168x2048 (expert down), the W4A16 GEMMs the
     /// engine runs for Kimi K2. kimi-k2: those and 18432x7168, 7168x18432 (dense MLP), which K2's
     /// checkpoints hold in bf16 and the engine runs on cuBLAS: tuned for comparison.
+    /// kimi-k2-moe: K2's routed experts as the engine runs them, grouped: 384 experts of those two
+    /// shapes, top-8, one grouped variant for both projections, per T = 1, 2, 4, ..., 256 tokens and
+    /// routing (--routing).
     #[arg(long, required_unless_present = "shape", conflicts_with = "shape")]
     pub preset: Option<String>,
+    /// How an MoE preset's tokens are routed: uniform (a balanced router; what the engine looks
+    /// up), skewed (Zipf-like, a few hot experts), or both. Default: both.
+    #[arg(long, value_enum)]
+    pub routing: Option<Routings>,
     /// A weight's N,K (repeat for several shapes).
     #[arg(long)]
     pub shape: Vec<Shape>,
@@ -120,12 +141,37 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
     ProgressBar::new(len).with_style(style.progress_chars("=> ")).with_message(what.to_owned())
 }
 
+/// `--routing`'s values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Routings {
+    Uniform,
+    Skewed,
+    Both,
+}
+
+impl Routings {
+    fn list(self) -> &'static [RoutingDist] {
+        match self {
+            Routings::Uniform => &[RoutingDist::Uniform],
+            Routings::Skewed => &[RoutingDist::Skewed],
+            Routings::Both => &[RoutingDist::Uniform, RoutingDist::Skewed],
+        }
+    }
+}
+
 pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
+    if let Some(p) = args.preset.as_deref().and_then(key::moe_preset) {
+        return run_moe(args, p, nvrtc);
+    }
+    if args.routing.is_some() {
+        bail!("--routing is for the MoE presets ({}) only", moe_names());
+    }
     let mut request = match &args.preset {
         Some(name) => {
             let names: Vec<&str> = key::PRESETS.iter().map(|p| p.name).collect();
-            let p = key::preset(name)
-                .with_context(|| format!("unknown preset `{name}`: the presets are {}", names.join(", ")))?;
+            let p = key::preset(name).with_context(|| {
+                format!("unknown preset `{name}`: the presets are {}, {}", names.join(", "), moe_names())
+            })?;
             TuneRequest::preset(p)
         }
         None => TuneRequest::grid(&args.shape, &args.m, args.group, args.dtype),
@@ -133,12 +179,47 @@ pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
     request.retry_failed = args.retry_failed;
     let gpu = args.out.open_gpu(nvrtc, "tune")?;
     let mut session = Session::open(&gpu, args.out.flush)?;
-    let db_path = args.out.db_path();
-    let mut db = TuningDb::open(&db_path)?;
-    let cache = Cache::open(&Cache::default_dir())?;
+    let (db_path, mut db, cache) = open_stores(&args.out)?;
+    let outcome = tune_with_bars(&mut session, &mut db, &db_path, &cache, &request)?;
+    finish(&args.out, &session, outcome)
+}
 
+/// `--preset` of an MoE layer: grouped steps per routing and T.
+fn run_moe(args: &TuneArgs, preset: &MoePreset, nvrtc: Option<&Path>) -> anyhow::Result<()> {
+    if args.out.plot.is_some() {
+        bail!("--plot draws GEMM shapes against M; `{}` tunes MoE steps: leave it out", preset.name);
+    }
+    let mut request = TuneRequest::moe(preset, args.routing.unwrap_or(Routings::Both).list());
+    request.retry_failed = args.retry_failed;
+    let gpu = args.out.open_gpu(nvrtc, "tune")?;
+    let mut session = Session::open(&gpu, args.out.flush)?;
+    let (db_path, mut db, cache) = open_stores(&args.out)?;
+    let outcome = tune_with_bars(&mut MoeSession(&mut session), &mut db, &db_path, &cache, &request)?;
+    finish(&args.out, &session, outcome)
+}
+
+fn moe_names() -> String {
+    key::MOE_PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+}
+
+/// The DB's path, the DB, and the cubin cache.
+fn open_stores(out: &Output) -> anyhow::Result<(PathBuf, TuningDb, Cache)> {
+    let db_path = out.db_path();
+    let db = TuningDb::open(&db_path)?;
+    Ok((db_path, db, Cache::open(&Cache::default_dir())?))
+}
+
+/// [`run::tune`] with progress bars for compiling and tuning, rejections said on stderr as they
+/// come, and the stale entries after.
+fn tune_with_bars<T: Tuner>(
+    tuner: &mut T,
+    db: &mut TuningDb,
+    db_path: &Path,
+    cache: &Cache,
+    request: &TuneRequest<ProblemOf<T>>,
+) -> anyhow::Result<TuneOutcome<ProblemOf<T>>> {
     let (mut compiling, mut tuning) = (None::<ProgressBar>, None::<ProgressBar>);
-    let outcome = run::tune(&mut session, &mut db, &db_path, Some(&cache), &request, &mut |p| match p {
+    let outcome = run::tune(tuner, db, db_path, Some(cache), request, &mut |p| match p {
         Progress::Compiling { done, total } => {
             compiling.get_or_insert_with(|| bar(total as u64, "compile")).set_position(done as u64)
         }
@@ -152,8 +233,7 @@ pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
         Progress::Gated => tuning.iter().for_each(|b| b.inc(1)),
         Progress::Tuned(tuned) => {
             for r in &tuned.rejected {
-                let line =
-                    format!("{} M={}: {} rejected: {}", tuned.key.shape(), tuned.key.m_bucket, r.variant, r.reason);
+                let line = format!("{}: {} rejected: {}", tuned.key, r.variant, r.reason);
                 match &tuning {
                     Some(b) => b.suspend(|| eprintln!("{line}")),
                     None => eprintln!("{line}"),
@@ -162,12 +242,16 @@ pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
         }
     })?;
     tuning.inspect(ProgressBar::finish_and_clear);
-    print_stale(&outcome.stale, &db_path);
+    print_stale(&outcome.stale, db_path);
+    Ok(outcome)
+}
+
+/// The table or JSON of `outcome`; an error naming the problems no variant was correct for.
+fn finish<P>(out: &Output, session: &Session<'_>, outcome: TuneOutcome<P>) -> anyhow::Result<()> {
     let rows = outcome.entries.iter().map(Row::from_entry).collect();
-    args.out.emit(&session, rows, outcome.stale)?;
+    out.emit(session, rows, outcome.stale)?;
     if !outcome.failed.is_empty() {
-        let failed: Vec<String> =
-            outcome.failed.iter().map(|f| format!("{} M={}", f.key.shape(), f.key.m_bucket)).collect();
+        let failed: Vec<String> = outcome.failed.iter().map(|f| f.key.to_string()).collect();
         bail!("no correct variant for {}", failed.join(", "));
     }
     Ok(())

@@ -5,43 +5,138 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::Arch;
 
-/// The op every key of this module names: `Y = X · dequant(W)ᵀ` with int4 W.
+/// The op of a GEMM's key: `Y = X · dequant(W)ᵀ` with int4 W.
 pub(crate) const OP_W4A16: &str = "w4a16";
+
+/// The op of an MoE step's key: the grouped gate-up product, then the grouped down product, by one
+/// grouped variant (the engine runs both with one alignment, so with one tile height).
+pub(crate) const OP_W4A16_MOE: &str = "w4a16_moe";
 
 /// The M buckets a model's decode GEMMs are tuned at: a DDTree forward runs 1..128 tokens.
 pub const M_BUCKETS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
 /// The bucket of `m`: the smallest power of two at least `m`. A kernel tuned for M = 4 is the
-/// right pick for M = 3 too: tile shapes and grids only change at these steps.
+/// right pick for M = 3 too: tile shapes and grids only change at these steps. M past 2^31 (a
+/// caller's saturated count) is in the last bucket, 2^31.
 pub fn m_bucket(m: u32) -> u32 {
-    m.max(1).next_power_of_two()
+    m.max(1).checked_next_power_of_two().unwrap_or(1 << 31)
 }
 
-/// One tuned problem. M enters through its bucket, so nearby M share an entry.
+/// The T buckets (tokens of one forward) an MoE layer is tuned at: a DDTree forward's 1..128
+/// tokens and a prefill chunk's 256. Buckets as [`m_bucket`] makes them.
+pub const T_BUCKETS: [u32; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+
+/// One tuned problem. M (or an MoE step's tokens T) enters through its bucket, so nearby M share
+/// an entry.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ProblemKey {
     pub op: String,
     pub m_bucket: u32,
+    /// The weight's shape; an MoE step's gate-up weight.
     pub n: u32,
     pub k: u32,
     pub group_size: u32,
     pub dtype: Dtype,
     pub arch: Arch,
+    /// The rest of an MoE step's problem; absent from a GEMM's key, so the DB files written before
+    /// MoE steps were tuned read as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeKey>,
+}
+
+/// What an MoE step's key adds to a GEMM's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MoeKey {
+    pub down: Shape,
+    pub experts: u32,
+    pub top_k: u32,
+    pub routing: RoutingDist,
 }
 
 impl ProblemKey {
     pub fn w4a16(m: u32, shape: Shape, group_size: u32, dtype: Dtype, arch: Arch) -> ProblemKey {
-        ProblemKey { op: OP_W4A16.into(), m_bucket: m_bucket(m), n: shape.n, k: shape.k, group_size, dtype, arch }
+        let (n, k) = (shape.n, shape.k);
+        ProblemKey { op: OP_W4A16.into(), m_bucket: m_bucket(m), n, k, group_size, dtype, arch, moe: None }
+    }
+
+    /// The key of `layer`'s MoE step at `tokens` tokens.
+    pub fn moe(tokens: u32, layer: &MoeShape, group_size: u32, dtype: Dtype, arch: Arch) -> ProblemKey {
+        let MoeShape { gate_up, down, experts, top_k, routing } = *layer;
+        ProblemKey {
+            op: OP_W4A16_MOE.into(),
+            moe: Some(MoeKey { down, experts, top_k, routing }),
+            ..ProblemKey::w4a16(tokens, gate_up, group_size, dtype, arch)
+        }
     }
 
     /// Whether `other` is the same problem up to its M bucket: a candidate for the nearest-M fallback.
     pub fn same_but_m(&self, other: &ProblemKey) -> bool {
-        (&self.op, self.n, self.k, self.group_size, self.dtype, self.arch)
-            == (&other.op, other.n, other.k, other.group_size, other.dtype, other.arch)
+        (&self.op, self.n, self.k, self.group_size, self.dtype, self.arch, self.moe)
+            == (&other.op, other.n, other.k, other.group_size, other.dtype, other.arch, other.moe)
     }
 
     pub fn shape(&self) -> Shape {
         Shape { n: self.n, k: self.k }
+    }
+
+    /// The MoE layer of an MoE step's key.
+    pub fn moe_shape(&self) -> Option<MoeShape> {
+        let MoeKey { down, experts, top_k, routing } = self.moe?;
+        Some(MoeShape { gate_up: self.shape(), down, experts, top_k, routing })
+    }
+}
+
+/// `4096x7168 M=4`; `moe 4096x7168+7168x2048 E=384 top-8 uniform T=4`.
+impl std::fmt::Display for ProblemKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.moe_shape() {
+            None => write!(f, "{} M={}", self.shape(), self.m_bucket),
+            Some(layer) => write!(f, "{layer} T={}", self.m_bucket),
+        }
+    }
+}
+
+/// How the tokens of a tuned MoE step are routed. The grouped kernel's best tile height depends on
+/// how many tokens each touched expert gets, which the routing decides.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum RoutingDist {
+    /// Every token's top-k drawn uniformly among the experts: a load-balanced router (K2's is
+    /// trained to be). What the engine asks for.
+    #[default]
+    Uniform,
+    /// Drawn with Zipf-like weights 1 / (e + 1): a few hot experts take many tokens and most
+    /// experts none, as a router on skewed input does.
+    Skewed,
+}
+
+impl std::fmt::Display for RoutingDist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RoutingDist::Uniform => "uniform",
+            RoutingDist::Skewed => "skewed",
+        })
+    }
+}
+
+/// An MoE layer's routed experts as one tuning problem, T aside: `experts` weights of each
+/// projection, each token routed to `top_k` of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MoeShape {
+    /// Gate and up stacked: [2 x intermediate, hidden].
+    pub gate_up: Shape,
+    /// [hidden, intermediate].
+    pub down: Shape,
+    pub experts: u32,
+    pub top_k: u32,
+    pub routing: RoutingDist,
+}
+
+impl std::fmt::Display for MoeShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let MoeShape { gate_up, down, experts, top_k, routing } = self;
+        write!(f, "moe {gate_up}+{down} E={experts} top-{top_k} {routing}")
     }
 }
 
@@ -115,4 +210,37 @@ pub const PRESETS: [Preset; 2] = [KIMI_K2, KIMI_K2_EXPERTS];
 
 pub fn preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name)
+}
+
+/// A model's MoE layers to tune as grouped steps, at every T of `ts` and every routing asked.
+#[derive(Clone, Debug)]
+pub struct MoePreset {
+    pub name: &'static str,
+    /// The layer, its routing left to the request (the value here is the default).
+    pub layer: MoeShape,
+    pub group_size: u32,
+    pub dtype: Dtype,
+    pub ts: &'static [u32],
+}
+
+/// Kimi K2's routed experts as the engine runs them: 384 experts of [2 x 2048, 7168] (gate and up
+/// fused) and [7168, 2048], top-8 per token, int4 group 32, bf16.
+pub const KIMI_K2_MOE: MoePreset = MoePreset {
+    name: "kimi-k2-moe",
+    layer: MoeShape {
+        gate_up: KIMI_K2_EXPERTS.shapes[0],
+        down: KIMI_K2_EXPERTS.shapes[1],
+        experts: 384,
+        top_k: 8,
+        routing: RoutingDist::Uniform,
+    },
+    group_size: 32,
+    dtype: Dtype::Bf16,
+    ts: &T_BUCKETS,
+};
+
+pub const MOE_PRESETS: [MoePreset; 1] = [KIMI_K2_MOE];
+
+pub fn moe_preset(name: &str) -> Option<&'static MoePreset> {
+    MOE_PRESETS.iter().find(|p| p.name == name)
 }

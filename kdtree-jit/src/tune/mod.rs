@@ -10,6 +10,8 @@
 //! | time: warm-up, flush, median and spread | [`clock`], [`bench`](mod@bench) |
 //! | gate, screen, time the finalists (GPU-free core) | [`search`] |
 //! | the W4A16 candidates on the GPU | `gpu` |
+//! | grouped MoE steps: routing draws, pruning, data and reference, the engine's lookup | [`moe`] |
+//! | grouped MoE steps on the GPU | [`moe_gpu`] |
 //! | the device side of a run: compile once, then every M of a shape | [`session`] |
 //! | a whole run as one call: plan, compile, tune, save; a deadline | [`run`] |
 //! | cuBLAS and copy bandwidth in the same run | [`peers`] |
@@ -42,6 +44,8 @@ pub mod flush;
 pub mod gate;
 mod gpu;
 pub mod key;
+pub mod moe;
+pub mod moe_gpu;
 pub mod peers;
 #[cfg(feature = "cli")]
 pub mod plot;

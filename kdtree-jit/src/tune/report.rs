@@ -7,12 +7,17 @@ use serde::Serialize;
 use super::db::{Entry, Stale, TuningDb};
 use super::env::Environment;
 use super::flush::FlushMode;
-use super::key::Shape;
+use super::key::{MoeShape, Shape};
 
 /// One measured problem, with the figures the targets are stated in.
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
+    /// The weight's shape; an MoE step's gate-up weight.
     pub shape: Shape,
+    /// An MoE step's layer and routing; absent for a GEMM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeShape>,
+    /// M; an MoE step's tokens T.
     pub m: u32,
     pub variant: String,
     pub us: f64,
@@ -41,6 +46,7 @@ impl Row {
         let cublas_f16_us = e.peers.cublas_f16.map(|t| t.median_us);
         Row {
             shape: e.key.shape(),
+            moe: e.key.moe_shape(),
             m: e.m,
             variant: e.variant.clone(),
             us,
@@ -95,9 +101,11 @@ pub fn stale_rows(db: &TuningDb, env: &Environment) -> Vec<StaleRow> {
     db.partition(env).1.iter().map(StaleRow::from_stale).collect()
 }
 
-/// The table: one line per (shape, M).
+/// The table: one line per (shape, M); an MoE step's line names its routing for the shape (the
+/// JSON has the whole layer) and T for M.
 pub fn write_table(out: &mut impl Write, rows: &[Row]) -> std::io::Result<()> {
     let x = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}x"));
+    let problem = |r: &Row| r.moe.map_or_else(|| r.shape.to_string(), |l| format!("moe {}", l.routing));
     let width = rows.iter().map(|r| r.variant.len()).max().unwrap_or(0).max("best variant".len());
     writeln!(
         out,
@@ -108,7 +116,7 @@ pub fn write_table(out: &mut impl Write, rows: &[Row]) -> std::io::Result<()> {
         writeln!(
             out,
             "{:<12} {:>4}  {:<width$}  {:>8.1} {:>17}  {:>6.1}%  {:>8} {:>8}",
-            r.shape.to_string(),
+            problem(r),
             r.m,
             r.variant,
             r.us,

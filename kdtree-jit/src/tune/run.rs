@@ -1,6 +1,6 @@
 //! A whole tuning run as one call, for `kdtree-jit tune` and for an engine that tunes at startup:
-//! plan and prune every (shape, M), compile the candidates once, then gate and time them shape by
-//! shape, saving the DB after each. Progress goes to a callback, never to the terminal; a deadline
+//! plan and prune every (problem, M), compile the candidates once, then gate and time them problem
+//! by problem, saving the DB after each. Progress goes to a callback, never to the terminal; a deadline
 //! stops new problems from being started. Generic over [`Tuner`]: [`Session`] on the GPU, a fake
 //! in tests.
 //!
@@ -40,7 +40,7 @@ use kdtree_quant::Dtype;
 use super::db::{Entry, TuningDb};
 use super::env::Environment;
 use super::error::Result;
-use super::key::{Preset, ProblemKey, Shape};
+use super::key::{MoePreset, MoeShape, Preset, ProblemKey, RoutingDist, Shape};
 use super::prune::{self, Scope};
 use super::report::{self, StaleRow};
 use super::search::{Rejection, SearchConfig};
@@ -48,12 +48,43 @@ use super::session::{AtM, Session, Tuned};
 use crate::w4a16::W4a16;
 use crate::{Arch, Cache, Target, Variant};
 
-/// What to tune. The problems share the group size and dtype; a shape listed at several M is
-/// uploaded once.
+/// A variant family a run can plan for: what its problems are and which of its variants are worth
+/// timing on one. W4A16 GEMMs by weight shape ([`prune`]); grouped MoE steps by layer
+/// ([`super::moe`]).
+pub trait Family: Variant + Copy + PartialEq {
+    /// A problem but for its M (or T).
+    type Problem: Copy + PartialEq + std::fmt::Debug;
+    /// The variants worth timing for `problem` at `m` on a device of `arch` with `sms` SMs; an
+    /// error when the problem cannot be tuned at all.
+    fn candidates(
+        problem: &Self::Problem,
+        m: u32,
+        group_size: u32,
+        dtype: Dtype,
+        arch: Arch,
+        sms: u32,
+    ) -> Result<Vec<Self>>;
+}
+
+impl Family for W4a16 {
+    type Problem = Shape;
+
+    fn candidates(shape: &Shape, m: u32, group_size: u32, dtype: Dtype, arch: Arch, sms: u32) -> Result<Vec<W4a16>> {
+        let scope = Scope { m, shape: *shape, group_size, dtype, sms };
+        Ok(prune::prune(&W4a16::valid(&Target { arch }), &scope))
+    }
+}
+
+/// The problem type of a tuner's family.
+pub type ProblemOf<T> = <<T as Tuner>::Variant as Family>::Problem;
+
+/// What to tune. The problems share the group size and dtype; a problem listed at several M is
+/// set up (uploaded) once.
 #[derive(Clone, Debug)]
-pub struct TuneRequest {
-    /// Weight shapes with the M (rows of X) to tune each at, tuned in this order (grouped by shape).
-    pub problems: Vec<(Shape, u32)>,
+pub struct TuneRequest<P = Shape> {
+    /// Problems with the M (rows of X; an MoE step's tokens) to tune each at, tuned in this order
+    /// (grouped by problem).
+    pub problems: Vec<(P, u32)>,
     pub group_size: u32,
     pub dtype: Dtype,
     /// Compile variants again even where the DB records that NVRTC refused them.
@@ -65,11 +96,11 @@ pub struct TuneRequest {
     pub search: SearchConfig,
 }
 
-impl TuneRequest {
-    /// Every shape at every M, without a deadline.
-    pub fn grid(shapes: &[Shape], ms: &[u32], group_size: u32, dtype: Dtype) -> TuneRequest {
+impl<P: Copy> TuneRequest<P> {
+    /// Every problem at every M, without a deadline.
+    pub fn grid(problems: &[P], ms: &[u32], group_size: u32, dtype: Dtype) -> TuneRequest<P> {
         TuneRequest {
-            problems: shapes.iter().flat_map(|&s| ms.iter().map(move |&m| (s, m))).collect(),
+            problems: problems.iter().flat_map(|&p| ms.iter().map(move |&m| (p, m))).collect(),
             group_size,
             dtype,
             retry_failed: false,
@@ -77,9 +108,19 @@ impl TuneRequest {
             search: SearchConfig::default(),
         }
     }
+}
 
+impl TuneRequest {
     pub fn preset(p: &Preset) -> TuneRequest {
         TuneRequest::grid(p.shapes, p.ms, p.group_size, p.dtype)
+    }
+}
+
+impl TuneRequest<MoeShape> {
+    /// `p`'s layer routed each way of `routings`, at each of its T.
+    pub fn moe(p: &MoePreset, routings: &[RoutingDist]) -> TuneRequest<MoeShape> {
+        let layers: Vec<MoeShape> = routings.iter().map(|&routing| MoeShape { routing, ..p.layer }).collect();
+        TuneRequest::grid(&layers, p.ts, p.group_size, p.dtype)
     }
 }
 
@@ -90,17 +131,24 @@ pub struct Failure {
     pub rejected: Vec<Rejection>,
 }
 
-#[derive(Clone, Debug, Default)]
-pub struct TuneOutcome {
+#[derive(Clone, Debug)]
+pub struct TuneOutcome<P = Shape> {
     /// The winners, in the order tuned; each is in the DB too.
     pub entries: Vec<Entry>,
     pub failed: Vec<Failure>,
     /// The problems not started because the deadline had passed, as requested.
-    pub skipped: Vec<(Shape, u32)>,
+    pub skipped: Vec<(P, u32)>,
     /// How many variants did not compile (their logs are in the DB).
     pub refused: usize,
     /// The DB's entries from other environments: kept, but never used here.
     pub stale: Vec<StaleRow>,
+}
+
+// By hand: a derive would ask `P: Default` for an empty list of them.
+impl<P> Default for TuneOutcome<P> {
+    fn default() -> Self {
+        TuneOutcome { entries: Vec::new(), failed: Vec::new(), skipped: Vec::new(), refused: 0, stale: Vec::new() }
+    }
 }
 
 /// Where a run is, as told to the caller's callback.
@@ -110,18 +158,19 @@ pub enum Progress<'a> {
     Compiling { done: usize, total: usize },
     /// Compiling is over; `refused` variants did not compile.
     Compiled { total: usize, refused: usize },
-    /// Gating starts: `candidates` (shape, M, variant) runs in all, counting the variants that did
+    /// Gating starts: `candidates` (problem, M, variant) runs in all, counting the variants that did
     /// not compile (which are not gated) and those a deadline leaves out.
     Tuning { candidates: usize },
     /// One candidate was gated.
     Gated,
-    /// One (shape, M) is done, with a winner or not; told per shape, once the shape is saved.
+    /// One (problem, M) is done, with a winner or not; told per problem, once the problem is saved.
     Tuned(&'a Tuned),
 }
 
 /// What a run needs of the device. `tune_shape` returns one result per M of `work`, in order,
 /// for the M it started: it asks `proceed` before each and stops at the first `false`.
 pub trait Tuner {
+    type Variant: Family;
     /// A loaded kernel.
     type Kernel;
     fn env(&self) -> &Environment;
@@ -130,7 +179,7 @@ pub trait Tuner {
     /// Compiles and loads `variants`, recording failures in `db` (see [`Session::compile`]).
     fn compile(
         &self,
-        variants: &[W4a16],
+        variants: &[Self::Variant],
         db: &mut TuningDb,
         cache: Option<&Cache>,
         retry_failed: bool,
@@ -139,8 +188,8 @@ pub trait Tuner {
     /// See [`Session::tune_shape`].
     fn tune_shape(
         &mut self,
-        problem: (Shape, u32, Dtype),
-        work: &[AtM],
+        problem: (ProblemOf<Self>, u32, Dtype),
+        work: &[AtM<Self::Variant>],
         kernels: &HashMap<String, Self::Kernel>,
         cfg: &SearchConfig,
         proceed: &mut dyn FnMut() -> bool,
@@ -149,6 +198,7 @@ pub trait Tuner {
 }
 
 impl Tuner for Session<'_> {
+    type Variant = W4a16;
     type Kernel = crate::w4a16::W4a16Kernel;
 
     fn env(&self) -> &Environment {
@@ -188,7 +238,7 @@ impl Tuner for Session<'_> {
 }
 
 /// Tunes `request` on `tuner`, inserting the winners into `db` and saving it to `db_path` after
-/// compiling and after each shape, so a run cut short keeps what it measured. `progress` is also
+/// compiling and after each problem, so a run cut short keeps what it measured. `progress` is also
 /// called from the compiling threads (one at a time), hence `Send`. A problem without a correct
 /// variant is not an error: it is in [`TuneOutcome::failed`].
 pub fn tune<T: Tuner>(
@@ -196,9 +246,9 @@ pub fn tune<T: Tuner>(
     db: &mut TuningDb,
     db_path: &Path,
     cache: Option<&Cache>,
-    request: &TuneRequest,
+    request: &TuneRequest<ProblemOf<T>>,
     progress: &mut (dyn FnMut(Progress<'_>) + Send),
-) -> Result<TuneOutcome> {
+) -> Result<TuneOutcome<ProblemOf<T>>> {
     let past = || request.deadline.is_some_and(|d| Instant::now() >= d);
     let mut outcome = TuneOutcome::default();
     if past() {
@@ -206,8 +256,9 @@ pub fn tune<T: Tuner>(
         outcome.stale = report::stale_rows(db, tuner.env());
         return Ok(outcome);
     }
-    let plan = plan(request, tuner.arch(), tuner.sms());
-    let mut all: Vec<W4a16> = plan.iter().flat_map(|(_, w)| w.iter().flat_map(|(_, vs)| vs.iter().copied())).collect();
+    let plan = plan::<T::Variant>(request, tuner.arch(), tuner.sms())?;
+    let mut all: Vec<T::Variant> =
+        plan.iter().flat_map(|(_, w)| w.iter().flat_map(|(_, vs)| vs.iter().copied())).collect();
     all.sort_by_key(|v| v.name());
     all.dedup();
 
@@ -259,18 +310,19 @@ pub fn tune<T: Tuner>(
     Ok(outcome)
 }
 
-/// The request's problems grouped by shape (in order of first appearance), each M with the
+/// Each problem with its M and the candidates at each.
+type Plan<V> = Vec<(<V as Family>::Problem, Vec<AtM<V>>)>;
+
+/// The request's problems grouped by problem (in order of first appearance), each M with the
 /// variants worth timing there.
-fn plan(request: &TuneRequest, arch: Arch, sms: u32) -> Vec<(Shape, Vec<AtM>)> {
-    let valid = W4a16::valid(&Target { arch });
-    let mut plan: Vec<(Shape, Vec<AtM>)> = Vec::new();
-    for &(shape, m) in &request.problems {
-        let scope = Scope { m, shape, group_size: request.group_size, dtype: request.dtype, sms };
-        let at = (m, prune::prune(&valid, &scope));
-        match plan.iter_mut().find(|(s, _)| *s == shape) {
+fn plan<V: Family>(request: &TuneRequest<V::Problem>, arch: Arch, sms: u32) -> Result<Plan<V>> {
+    let mut plan: Plan<V> = Vec::new();
+    for &(problem, m) in &request.problems {
+        let at = (m, V::candidates(&problem, m, request.group_size, request.dtype, arch, sms)?);
+        match plan.iter_mut().find(|(p, _)| *p == problem) {
             Some((_, work)) => work.push(at),
-            None => plan.push((shape, vec![at])),
+            None => plan.push((problem, vec![at])),
         }
     }
-    plan
+    Ok(plan)
 }

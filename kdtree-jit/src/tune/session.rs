@@ -19,7 +19,7 @@ use super::peers::{self, DensePeer, Peers};
 use super::problem::Problem;
 use super::search::{self, Rejection, SearchConfig};
 use crate::w4a16::{W4a16, W4a16Kernel};
-use crate::{Cache, Error, Gpu, Variant};
+use crate::{Cache, Compiled, Error, Gpu, Variant};
 
 pub struct Session<'g> {
     pub gpu: &'g Gpu,
@@ -27,14 +27,14 @@ pub struct Session<'g> {
     pub sms: u32,
     /// Device-to-device copy bandwidth measured at the start of the run, GB/s.
     pub copy_gbps: f64,
-    clock: CudaClock,
-    flusher: Flusher,
+    pub(super) clock: CudaClock,
+    pub(super) flusher: Flusher,
     /// `None` where libcublas is missing: the results then carry no cuBLAS peer.
     blas: Option<CudaBlas>,
 }
 
 /// The M to tune at and the candidates to try there.
-pub type AtM = (u32, Vec<W4a16>);
+pub type AtM<V = W4a16> = (u32, Vec<V>);
 
 /// The result of one (shape, M): the DB entry when some candidate was correct, and the rejections.
 #[derive(Clone, Debug)]
@@ -76,8 +76,21 @@ impl<'g> Session<'g> {
         retry_failed: bool,
         progress: impl Fn(usize) + Sync,
     ) -> Result<HashMap<String, W4a16Kernel>> {
+        self.compile_with(variants, db, cache, retry_failed, progress, W4a16Kernel::load)
+    }
+
+    /// [`compile`](Self::compile) for any family, loading each cubin with `load`.
+    pub(super) fn compile_with<V: Variant + Copy, K>(
+        &self,
+        variants: &[V],
+        db: &mut TuningDb,
+        cache: Option<&Cache>,
+        retry_failed: bool,
+        progress: impl Fn(usize) + Sync,
+        load: impl Fn(&Gpu, V, &Compiled) -> crate::Result<K>,
+    ) -> Result<HashMap<String, K>> {
         let arch = self.gpu.arch;
-        let todo: Vec<W4a16> = variants
+        let todo: Vec<V> = variants
             .iter()
             .filter(|v| retry_failed || db.compile_failure(&v.name(), arch, &self.env).is_none())
             .copied()
@@ -86,7 +99,7 @@ impl<'g> Session<'g> {
         for (v, compiled) in crate::compile_all(&todo, arch, cache, progress) {
             match compiled {
                 Ok(c) => {
-                    kernels.insert(v.name(), W4a16Kernel::load(self.gpu, v, &c)?);
+                    kernels.insert(v.name(), load(self.gpu, v, &c)?);
                 }
                 Err(Error::Compile { log, .. }) => db.record_compile_failure(CompileFailure {
                     variant: v.name(),
@@ -188,6 +201,6 @@ impl<'g> Session<'g> {
     }
 }
 
-fn now_unix() -> u64 {
+pub(super) fn now_unix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

@@ -1,6 +1,8 @@
 //! The grouped product on the CPU, from the per-expert W4A16 reference, and the experts' weights
 //! stacked in the layout the grouped kernel reads.
 
+use std::borrow::Borrow;
+
 use kdtree_quant::{QuantizedWeight, reference};
 
 use crate::w4a16::grouped::{Alignment, W4a16Grouped};
@@ -59,15 +61,16 @@ pub fn repack_experts(v: &W4a16Grouped, experts: &[QuantizedWeight]) -> Result<D
 /// `Y[r] = X[rows.of(r)] · dequant(experts[e(r)])ᵀ` in f32 ([`reference::w4a16_gemm_f32`]'s
 /// arithmetic, so each row is what the per-expert reference gives it), for every sorted position r
 /// of `a`; `x` is [x_rows, k] in f32 (values of the activation dtype). Rows whose assignment is not
-/// routed to an expert (`a.invalid`) and rows whose X row is past X are NaN.
-pub fn grouped_reference(
+/// routed to an expert (`a.invalid`) and rows whose X row is past X are NaN. `experts` may be
+/// references, so that a tuning problem can give many experts a few weights.
+pub fn grouped_reference<W: Borrow<QuantizedWeight>>(
     x: &[f32],
     k: usize,
     rows: XRows,
-    experts: &[QuantizedWeight],
+    experts: &[W],
     a: &Alignment,
 ) -> Result<Vec<f32>> {
-    let n = experts.first().map_or(0, |w| w.n);
+    let n = experts.first().map_or(0, |w| w.borrow().n);
     let x_rows = x.len().checked_div(k).unwrap_or(0);
     let y_rows = a.sorted.len();
     let mut y = vec![f32::NAN; y_rows * n];
@@ -78,7 +81,7 @@ pub fn grouped_reference(
             continue;
         }
         let xs: Vec<f32> = picked.iter().flat_map(|&r| &x[rows.of(r) * k..(rows.of(r) + 1) * k]).copied().collect();
-        let ys = reference::w4a16_gemm_f32(&xs, picked.len(), w)?;
+        let ys = reference::w4a16_gemm_f32(&xs, picked.len(), w.borrow())?;
         for (i, &r) in picked.iter().enumerate() {
             y[r * n..(r + 1) * n].copy_from_slice(&ys[i * n..(i + 1) * n]);
         }
