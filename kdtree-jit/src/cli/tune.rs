@@ -35,8 +35,10 @@ the kimi-k2 preset on an H200 this leaves 16 to 78 of the 135 valid bf16 group-3
 #[command(after_long_help = HOW)]
 pub struct TuneArgs {
     /// A model's decode GEMMs, group 32, bf16, M = 1, 2, 4, ..., 128. kimi-k2-experts: N x K =
-    /// 4096x7168 (an expert's gate and up fused) and 7168x2048 (expert down), the W4A16 GEMMs the
-    /// engine runs for Kimi K2. kimi-k2: those and 18432x7168, 7168x18432 (dense MLP), which K2's
+    /// 4096x7168 (an expert's gate and up, stacked into one weight by the engine's loader) and
+    /// 7168x2048 (expert down), the W4A16 GEMMs the engine runs per shape for Kimi K2 (its experts
+    /// with --per-expert-moe; its default grouped MoE kernel is tuned apart). kimi-k2: those and
+    /// 18432x7168, 7168x18432 (one dense MLP projection, gate or up, and down), which K2's
     /// checkpoints hold in bf16 and the engine runs on cuBLAS: tuned for comparison.
     #[arg(long, required_unless_present = "shape", conflicts_with = "shape")]
     pub preset: Option<String>,
