@@ -163,3 +163,22 @@ fn bench_refuses_an_oracle_p_outside_zero_to_one_before_opening_a_gpu() {
     assert_says(&stderr, &["--oracle-p 1.5 is not a probability"]);
     assert!(!stderr.contains("panicked") && !stderr.contains("GPU"), "{stderr}");
 }
+
+#[test]
+fn tune_budget_takes_seconds_is_documented_and_the_cpu_ignores_it() {
+    let model = tiny();
+    for (bad, says) in [("-1", "a budget is 0 or more"), ("inf", "a budget is 0 or more"), ("soon", "not a number")] {
+        let stderr = refused(model.path(), &["--tune-budget", bad]);
+        assert_says(&stderr, &["--tune-budget", bad, says]);
+    }
+    for budget in ["0", "0.5"] {
+        let output = generate(model.path(), &["--max-new", "1", "--tune-budget", budget]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success() && !stderr.contains("startup tuning"), "{budget}: {stderr}");
+    }
+    let help = Command::new(env!("CARGO_BIN_EXE_kdtree-engine")).args(["generate", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_says(&help, &["--tune-budget <SECONDS>", "[default: 60]", "only on what it lacks", "0: no tuning"]);
+    let help = Command::new(env!("CARGO_BIN_EXE_kdtree-engine")).args(["bench", "--help"]).output().unwrap();
+    assert_says(&String::from_utf8_lossy(&help.stdout), &["--tune-budget <SECONDS>"]);
+}

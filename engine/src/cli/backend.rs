@@ -1,13 +1,17 @@
 //! `--backend` and its options, shared by the subcommands that run a model.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels, Plan, Source};
 use kdtree_engine::registry::{BackendKind, Selection, select};
 use kdtree_engine::table::table;
 use kdtree_jit::Variant;
 use kdtree_jit::tune::db::TuningDb;
+use kdtree_jit::tune::run::Progress;
 use kdtree_jit::w4a16::grouped::W4a16Grouped;
 
 /// Where ops run. On CUDA every op of the forward runs on the GPU: W4A16 linears with tuned kernels
@@ -50,12 +54,19 @@ pub struct BackendArgs {
     /// Which GPU (0 is the first).
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
+    /// Seconds to spend at startup tuning the W4A16 problems (shape, M bucket) this model runs that
+    /// the tuning DB has no fresh entry for; the results are saved to the DB, so the budget is spent
+    /// only on what it lacks, once. A problem started within the budget is finished. 0: no tuning,
+    /// the DB's entries and the default variant for the rest. Ignored on the CPU.
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = seconds, allow_negative_numbers = true)]
+    pub tune_budget: Duration,
 }
 
 impl BackendArgs {
-    /// Opens the backend; `default_m` is the M exact mode tunes for when --exact-variant-m is absent.
+    /// Opens the backend for the model in `model` and, on a GPU, tunes what it lacks within
+    /// --tune-budget; `default_m` is the M exact mode tunes for when --exact-variant-m is absent.
     /// Prints a one-line note to stderr when `auto` falls back to the CPU. `None` is the CPU.
-    pub fn open(&self, default_m: usize) -> anyhow::Result<Option<CudaBackend>> {
+    pub fn open(&self, model: &Path, default_m: usize) -> anyhow::Result<Option<CudaBackend>> {
         let mode = if self.fast { Mode::Fast } else { Mode::Exact { m: self.exact_variant_m.unwrap_or(default_m) } };
         let tuning_db = self.tuning_db.clone().unwrap_or_else(TuningDb::default_path);
         let moe = if self.per_expert_moe { MoeKernels::PerExpert } else { MoeKernels::Grouped(self.grouped_variant) };
@@ -67,9 +78,47 @@ impl BackendArgs {
                 }
                 None
             }
-            Selection::Gpu(gpu) => Some(gpu),
+            Selection::Gpu(mut gpu) => {
+                tune_at_startup(&mut gpu, model, self.tune_budget)?;
+                Some(gpu)
+            }
         })
     }
+}
+
+/// Tunes what the model lacks, with progress bars on stderr and a one-line summary.
+fn tune_at_startup(cuda: &mut CudaBackend, model: &Path, budget: Duration) -> anyhow::Result<()> {
+    let bar = |len: usize, what: &str| {
+        let style =
+            ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {elapsed}").expect("a valid template");
+        ProgressBar::new(len as u64).with_style(style.progress_chars("=> ")).with_message(what.to_owned())
+    };
+    let (mut compiling, mut tuning) = (None::<ProgressBar>, None::<ProgressBar>);
+    let summary = cuda
+        .tune_at_startup(model, budget, &mut |p| match p {
+            Progress::Compiling { done, total } => {
+                compiling.get_or_insert_with(|| bar(total, "compile")).set_position(done as u64)
+            }
+            Progress::Compiled { .. } => compiling.take().into_iter().for_each(|b| b.finish_and_clear()),
+            // One run per group size and dtype, each with its own bar.
+            Progress::Tuning { candidates } => {
+                tuning.replace(bar(candidates, "tune")).into_iter().for_each(|b| b.finish_and_clear())
+            }
+            Progress::Gated => tuning.iter().for_each(|b| b.inc(1)),
+            Progress::Tuned(_) => {}
+        })
+        .with_context(|| format!("tuning {} at startup (--tune-budget 0 skips it)", model.display()))?;
+    tuning.into_iter().for_each(|b| b.finish_and_clear());
+    if let Some(summary) = summary {
+        eprintln!("{summary}");
+    }
+    Ok(())
+}
+
+/// A duration in seconds, as --tune-budget takes it.
+fn seconds(text: &str) -> Result<Duration, String> {
+    let s: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    Duration::try_from_secs_f64(s).map_err(|_| format!("{text} seconds: a budget is 0 or more, and finite"))
 }
 
 /// One row per W4A16 weight shape: the variant it runs and where that came from, as a table and

@@ -84,7 +84,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(p) = args.oracle_p.iter().find(|p| !(0.0..=1.0).contains(*p)) {
         bail!("--oracle-p {p} is not a probability: the values must lie in [0, 1]");
     }
-    let Some(cuda) = args.backend.open(1)? else {
+    let Some(cuda) = args.backend.open(&args.model, 1)? else {
         bail!("`bench` measures on a GPU, and none is usable here (see the note above, or pass --backend cuda)");
     };
     let cuda = Arc::new(cuda);

@@ -76,7 +76,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     check(&args, &config).with_context(|| format!("generate with {}", args.model.display()))?;
     // Exact mode's variants are tuned for the M the decode loop runs most: the tree, or one token.
     let default_m = args.spec.largest_forward();
-    match args.backend.open(default_m)? {
+    match args.backend.open(&args.model, default_m)? {
         None => run_on(&args, Arc::new(CpuBackend), |_| (String::new(), serde_json::json!([]))),
         Some(cuda) => run_on(&args, Arc::new(cuda), |model| variant_table(model.backend())),
     }

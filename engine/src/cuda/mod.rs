@@ -8,6 +8,7 @@
 //! |---|---|
 //! | dense linears, the router, the LM head | cuBLAS (bf16/f16 in, f32 out; f32 for the router), [`gemm`] |
 //! | W4A16 linears | the tuned kdtree-jit variant of the weight's shape ([`select`]) |
+//! | W4A16 shapes the tuning DB lacks | tuned before the load, within a budget ([`CudaBackend::tune_at_startup`]) |
 //! | embedding, RMSNorm, rope, casts, residual adds | `#[kernel]`s of kdtree-kernels |
 //! | MLA attention over the cache, tree-masked | kdtree-kernels' `attention_tree` |
 //! | routing and routed experts | `noaux_tc` routing, then kdtree-jit's grouped W4A16: every expert of a layer in one launch per projection ([`moe`]) |
@@ -24,6 +25,7 @@ mod linear;
 mod moe;
 mod ops;
 mod select;
+mod startup_tune;
 mod tensor;
 
 use std::collections::{BTreeMap, HashMap};
@@ -44,8 +46,9 @@ pub use kv::CudaKv;
 pub use linear::{CudaLinear, ShapeKernels};
 pub use moe::CudaExperts;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
-use tensor::HostBatch;
+pub use startup_tune::{Missing, TuneSummary, missing};
 pub use tensor::{CudaBatch, CudaTensor};
+use tensor::HostBatch;
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
@@ -89,6 +92,8 @@ pub struct CudaBackend {
     blas: CudaBlas,
     env: Environment,
     db: TuningDb,
+    /// Where `db` was read from, and is saved to when tuning at startup adds to it.
+    db_path: PathBuf,
     mode: Mode,
     moe: MoeKernels,
     graphs: bool,
@@ -143,6 +148,7 @@ impl CudaBackend {
             blas,
             env,
             db,
+            db_path: options.tuning_db.clone(),
             mode: options.mode,
             moe: options.moe,
             graphs: options.graphs,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use half::{bf16, f16};
-use kdtree_quant::{QuantError, SafetensorsFile};
+use kdtree_quant::{Dtype, QuantError, SafetensorsFile};
 use safetensors::Dtype as StDtype;
 
 use crate::error::{EngineError, Result};
@@ -161,6 +161,33 @@ impl Checkpoint {
     fn release(&self, name: &str) {
         if let Ok(file) = self.file(name) {
             file.release(name);
+        }
+    }
+
+    /// The `[n, k]`, group size and scale dtype of INT4 module `module`, from the headers alone:
+    /// `None` when the checkpoint holds it dense or the config says it is not quantized (cases
+    /// [`Self::linear`] loads or refuses).
+    pub fn int4_header(&self, module: &str, group_size: Option<usize>) -> Result<Option<(usize, usize, usize, Dtype)>> {
+        let packed = format!("{module}.weight_packed");
+        let (Some(g), true) = (group_size, self.contains(&packed)) else { return Ok(None) };
+        let header = |name: &str| {
+            let file = self.file(name)?;
+            let t = file.tensor(name).map_err(|e| shard_error(e, file.path()))?;
+            Ok::<_, EngineError>((file.path().display().to_string(), t.dtype(), t.shape().to_vec()))
+        };
+        let scale = format!("{module}.weight_scale");
+        let (file, scale_dtype, _) = header(&scale)?;
+        let dtype = Dtype::from_safetensors(scale_dtype).ok_or_else(|| EngineError::UnsupportedDtype {
+            file,
+            tensor: scale,
+            dtype: format!("{scale_dtype:?}"),
+        })?;
+        match header(&packed)? {
+            // Eight nibbles per int32 word along K (`weight_shape` holds the same, but in data).
+            (_, _, shape) if shape.len() == 2 => Ok(Some((shape[0], 8 * shape[1], g, dtype))),
+            (file, _, shape) => {
+                Err(EngineError::InvalidArgument(format!("{file}: {packed} has shape {shape:?}, not [N, K / 8]")))
+            }
         }
     }
 

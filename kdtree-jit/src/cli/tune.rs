@@ -49,8 +49,10 @@ T = 4..16, 25 from T = 32; skewed: 25 from T = 4). Timing them takes seconds; th
 #[command(after_long_help = HOW)]
 pub struct TuneArgs {
     /// A model's decode GEMMs, group 32, bf16, M = 1, 2, 4, ..., 128. kimi-k2-experts: N x K =
-    /// 4096x7168 (an expert's gate and up fused) and 7168x2048 (expert down), the W4A16 GEMMs the
-    /// engine runs for Kimi K2. kimi-k2: those and 18432x7168, 7168x18432 (dense MLP), which K2's
+    /// 4096x7168 (an expert's gate and up, stacked into one weight by the engine's loader) and
+    /// 7168x2048 (expert down), the W4A16 GEMMs the engine runs per shape for Kimi K2 (its experts
+    /// with --per-expert-moe; its default grouped MoE kernel is tuned apart). kimi-k2: those and
+    /// 18432x7168, 7168x18432 (one dense MLP projection, gate or up, and down), which K2's
     /// checkpoints hold in bf16 and the engine runs on cuBLAS: tuned for comparison.
     /// kimi-k2-moe: K2's routed experts as the engine runs them, grouped: 384 experts of those two
     /// shapes, top-8, one grouped variant for both projections, per T = 1, 2, 4, ..., 256 tokens and

@@ -179,15 +179,16 @@ pub struct Preset {
     pub ms: &'static [u32],
 }
 
-/// Kimi K2's decode GEMMs: the routed experts are int4 with group 32 (its quantization config);
-/// the dense MLP shapes are bf16 in K2's checkpoints (the engine runs them on cuBLAS) and are
-/// tuned for comparison, since the same kernel would serve an int4 copy of them.
+/// Kimi K2's decode GEMMs: the routed experts are int4 with group 32 (its quantization config), in
+/// the shapes the engine runs them ([`KIMI_K2_EXPERTS`]); the dense MLP's projections are bf16 in
+/// K2's checkpoints (the engine runs them on cuBLAS) and are tuned for comparison, one projection
+/// alone (an int4 copy loaded by the engine would run gate and up stacked, 36864x7168).
 pub const KIMI_K2: Preset = Preset {
     name: "kimi-k2",
     shapes: &[
-        Shape { n: 4096, k: 7168 },  // routed expert gate+up
+        Shape { n: 4096, k: 7168 },  // routed expert gate and up, stacked
         Shape { n: 7168, k: 2048 },  // routed expert down
-        Shape { n: 18432, k: 7168 }, // dense MLP gate+up
+        Shape { n: 18432, k: 7168 }, // dense MLP gate (or up)
         Shape { n: 7168, k: 18432 }, // dense MLP down
     ],
     group_size: 32,
@@ -195,12 +196,15 @@ pub const KIMI_K2: Preset = Preset {
     ms: &M_BUCKETS,
 };
 
-/// The W4A16 GEMMs the engine runs for Kimi K2: each routed expert's gate and up projections
-/// fused into one [2 x 2048, 7168] weight, and its down projection.
+/// The W4A16 GEMMs the engine plans per shape for Kimi K2's routed experts: each expert's gate and
+/// up projections loaded as one stacked [2 x 2048, 7168] weight, and its down projection. They run
+/// with `--per-expert-moe` (and tune at the engine's startup then); the engine's default grouped
+/// path runs every expert of a layer in one launch per projection instead. The engine's
+/// `tests/startup_tune.rs` checks these against what its loader plans for K2's experts.
 pub const KIMI_K2_EXPERTS: Preset = Preset {
     name: "kimi-k2-experts",
     shapes: &[
-        Shape { n: 4096, k: 7168 }, // routed expert gate+up
+        Shape { n: 4096, k: 7168 }, // routed expert gate and up, stacked
         Shape { n: 7168, k: 2048 }, // routed expert down
     ],
     ..KIMI_K2

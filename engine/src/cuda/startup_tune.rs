@@ -1,0 +1,374 @@
+//! Tuning at startup, as the design has it: before the weights are uploaded, the problems the model
+//! will run that the tuning DB has no fresh entry for are tuned through kdtree-jit's tuner
+//! ([`run::tune`]) within a time budget and saved to the DB, so the load plans them from it.
+//!
+//! The problems are per-shape W4A16 GEMMs: the model's INT4 weights outside the grouped routed
+//! experts (the experts too when they run one chain per expert). The grouped MoE kernel is another
+//! kind of problem; it would be a second field of [`Missing`], tuned after these under the same
+//! deadline.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kdtree_jit::Arch;
+use kdtree_jit::Cache;
+use kdtree_jit::tune::db::TuningDb;
+use kdtree_jit::tune::env::Environment;
+use kdtree_jit::tune::flush::FlushMode;
+use kdtree_jit::tune::key::{M_BUCKETS, Shape, m_bucket};
+use kdtree_jit::tune::run::{self, Progress, TuneRequest, Tuner};
+use kdtree_jit::tune::search::SearchConfig;
+use kdtree_jit::tune::session::Session;
+use kdtree_jit::w4a16::W4a16;
+
+use super::select::{Mode, Plan, Source, WeightShape, plan};
+use super::{CudaBackend, MoeKernels};
+use crate::error::{EngineError, Result};
+use crate::model::{Int4Weight, int4_weights};
+
+/// What the model runs that the DB lacks, by kind of kernel.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Missing {
+    /// W4A16 weight shapes, each with the M buckets it lacks.
+    pub w4a16: Vec<(WeightShape, Vec<u32>)>,
+}
+
+impl Missing {
+    /// How many (problem, M bucket) pairs.
+    pub fn len(&self) -> usize {
+        self.w4a16.iter().map(|(_, buckets)| buckets.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What tuning at startup did, in (problem, M bucket) pairs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TuneSummary {
+    pub tuned: usize,
+    /// Tuned, but no variant was correct: the default runs.
+    pub failed: usize,
+    /// Not started within the budget: the default (or a nearest bucket's entry) runs.
+    pub skipped: usize,
+    pub seconds: f64,
+}
+
+impl std::fmt::Display for TuneSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "startup tuning: tuned {}, skipped {} for the budget", self.tuned, self.skipped)?;
+        if self.failed > 0 {
+            write!(f, ", {} without a correct variant", self.failed)?;
+        }
+        write!(f, ", in {:.1} s", self.seconds)
+    }
+}
+
+/// The (shape, M bucket) pairs of `weights` that the backend will plan but `db` has no fresh entry
+/// of their own for (none, a stale one, or only another bucket's), read as [`plan`] reads the DB.
+/// The buckets are those `mode` plans: exact mode's one bucket of `m`, or every bucket in fast mode.
+/// With grouped MoE, routed experts are left out: they do not run per-shape kernels.
+pub fn missing(
+    weights: &[Int4Weight],
+    moe: MoeKernels,
+    mode: Mode,
+    db: &TuningDb,
+    env: &Environment,
+    arch: Arch,
+) -> Missing {
+    let wanted: Vec<u32> = match mode {
+        Mode::Exact { m } => vec![m_bucket(u32::try_from(m).unwrap_or(u32::MAX))],
+        Mode::Fast => M_BUCKETS.to_vec(),
+    };
+    let per_shape = weights.iter().filter(|w| !w.routed_expert || moe == MoeKernels::PerExpert);
+    let mut shapes: Vec<WeightShape> =
+        per_shape.map(|w| WeightShape { n: w.n, k: w.k, group_size: w.group_size, dtype: w.dtype }).collect();
+    shapes.sort();
+    shapes.dedup();
+    let w4a16 = shapes
+        .into_iter()
+        .map(|shape| {
+            let tuned = own_buckets(&plan(db, env, arch, &shape, mode));
+            (shape, wanted.iter().copied().filter(|b| !tuned.contains(b)).collect::<Vec<_>>())
+        })
+        .filter(|(_, buckets)| !buckets.is_empty())
+        .collect();
+    Missing { w4a16 }
+}
+
+/// The buckets whose own DB entry `plan` runs.
+fn own_buckets(plan: &Plan) -> Vec<u32> {
+    let choices = plan.by_bucket.iter().map(|(_, c)| c).chain([&plan.general]);
+    choices
+        .filter_map(|c| if let Source::Tuned { bucket, nearest: false } = c.source { Some(bucket) } else { None })
+        .collect()
+}
+
+/// Tunes `missing` within `budget` on the tuner `open` makes, adding the winners to `db` and saving
+/// it to `db_path` as it goes. `None`, without opening a tuner, when nothing is missing or the
+/// budget is 0. The budget counts from the call, opening the tuner included; a problem already
+/// started when it runs out is finished.
+fn tune<T: Tuner<Variant = W4a16>>(
+    open: impl FnOnce() -> kdtree_jit::tune::error::Result<T>,
+    db: &mut TuningDb,
+    db_path: &Path,
+    cache: Option<&Cache>,
+    missing: &Missing,
+    budget: Duration,
+    progress: &mut (dyn FnMut(Progress<'_>) + Send),
+) -> Result<Option<TuneSummary>> {
+    if missing.is_empty() || budget.is_zero() {
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let deadline = started + budget;
+    let mut tuner = open()?;
+    let mut summary = TuneSummary::default();
+    // One request per group size and dtype, which a request shares.
+    let mut requests: BTreeMap<_, Vec<(Shape, u32)>> = BTreeMap::new();
+    for (s, buckets) in &missing.w4a16 {
+        let too_large = || EngineError::InvalidArgument(format!("W4A16 shape {s}: dimensions over u32"));
+        let shape =
+            Shape { n: u32::try_from(s.n).map_err(|_| too_large())?, k: u32::try_from(s.k).map_err(|_| too_large())? };
+        let group = u32::try_from(s.group_size).map_err(|_| too_large())?;
+        requests.entry((group, s.dtype)).or_default().extend(buckets.iter().map(|&b| (shape, b)));
+    }
+    for ((group_size, dtype), problems) in requests {
+        let request = TuneRequest {
+            problems,
+            group_size,
+            dtype,
+            retry_failed: false,
+            deadline: Some(deadline),
+            search: SearchConfig::default(),
+        };
+        let outcome = run::tune(&mut tuner, db, db_path, cache, &request, progress)?;
+        summary.tuned += outcome.entries.len();
+        summary.failed += outcome.failed.len();
+        summary.skipped += outcome.skipped.len();
+    }
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(Some(summary))
+}
+
+impl CudaBackend {
+    /// Tunes what the model in `dir` will run that the tuning DB lacks ([`missing`]), within
+    /// `budget`, and saves it to the DB file, so that loading the model next plans from the new
+    /// entries. `None` when nothing is missing or the budget is 0. `progress` hears of compiling and
+    /// tuning as [`run::tune`] tells them.
+    pub fn tune_at_startup(
+        &mut self,
+        dir: &Path,
+        budget: Duration,
+        progress: &mut (dyn FnMut(Progress<'_>) + Send),
+    ) -> Result<Option<TuneSummary>> {
+        let weights = int4_weights(dir)?;
+        let missing = missing(&weights, self.moe, self.mode, &self.db, &self.env, self.gpu.arch);
+        let gpu = &self.gpu;
+        let open = || Session::open(gpu, FlushMode::Read);
+        tune(open, &mut self.db, &self.db_path, self.cache.as_ref(), &missing, budget, progress)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use kdtree_jit::Variant;
+    use kdtree_jit::tune::bench::Timing;
+    use kdtree_jit::tune::db::Entry;
+    use kdtree_jit::tune::key::ProblemKey;
+    use kdtree_jit::tune::peers::Peers;
+    use kdtree_jit::tune::session::{AtM, Tuned};
+    use kdtree_jit::w4a16::W4a16;
+    use kdtree_quant::Dtype;
+
+    use super::*;
+    use crate::cuda::default_variant;
+
+    const ARCH: Arch = Arch(90);
+    /// A weight outside the experts (an INT4 attention or dense projection) and a routed expert's.
+    const DENSE: Int4Weight = Int4Weight { n: 4096, k: 7168, group_size: 32, dtype: Dtype::Bf16, routed_expert: false };
+    const EXPERT: Int4Weight = Int4Weight { n: 7168, k: 2048, group_size: 32, dtype: Dtype::Bf16, routed_expert: true };
+
+    fn env() -> Environment {
+        Environment {
+            device: "NVIDIA H200".into(),
+            compute_capability: (9, 0),
+            driver: 13000,
+            nvrtc: (13, 0),
+            templates: "ab".repeat(32),
+        }
+    }
+
+    fn shape(w: &Int4Weight) -> WeightShape {
+        WeightShape { n: w.n, k: w.k, group_size: w.group_size, dtype: w.dtype }
+    }
+
+    /// A DB entry of `w` at `bucket` measured in `env`, won by the default variant.
+    fn entry(w: &Int4Weight, bucket: u32, env: Environment) -> Entry {
+        let s = shape(w);
+        let t = Timing { median_us: 10.0, p10_us: 9.0, p90_us: 11.0, reps: 100 };
+        Entry {
+            key: ProblemKey::w4a16(bucket, Shape { n: s.n as u32, k: s.k as u32 }, 32, s.dtype, ARCH),
+            env,
+            variant: default_variant(&s).name(),
+            m: bucket,
+            timing: t,
+            error: 0.0,
+            peers: Peers { cublas_bf16: Some(t), cublas_f16: None, copy_gbps: 4000.0 },
+            bytes: 1,
+            timed: 1,
+            rejected: Vec::new(),
+            tuned_at_unix: 0,
+        }
+    }
+
+    fn db(entries: Vec<Entry>) -> TuningDb {
+        TuningDb { entries, ..TuningDb::default() }
+    }
+
+    fn missing_in(db: &TuningDb, moe: MoeKernels, mode: Mode) -> Missing {
+        missing(&[DENSE, EXPERT], moe, mode, db, &env(), ARCH)
+    }
+
+    #[test]
+    fn exact_mode_lacks_the_bucket_of_m_and_fast_mode_every_bucket() {
+        let empty = db(Vec::new());
+        let grouped = MoeKernels::default();
+        assert_eq!(missing_in(&empty, grouped, Mode::Exact { m: 3 }).w4a16, [(shape(&DENSE), vec![4])]);
+        assert_eq!(missing_in(&empty, grouped, Mode::Fast).w4a16, [(shape(&DENSE), M_BUCKETS.to_vec())]);
+        // Routed experts run per shape only with --per-expert-moe.
+        let per_expert = missing_in(&empty, MoeKernels::PerExpert, Mode::Exact { m: 129 });
+        assert_eq!(per_expert.w4a16, [(shape(&DENSE), vec![256]), (shape(&EXPERT), vec![256])]);
+        assert_eq!(per_expert.len(), 2);
+    }
+
+    #[test]
+    fn only_a_fresh_entry_of_the_bucket_itself_counts() {
+        let grouped = MoeKernels::default();
+        let fresh = db(vec![entry(&DENSE, 4, env())]);
+        assert!(missing_in(&fresh, grouped, Mode::Exact { m: 3 }).is_empty());
+        // The nearest bucket's entry would run at M = 16, but 16 is still worth tuning.
+        assert_eq!(missing_in(&fresh, grouped, Mode::Exact { m: 16 }).w4a16, [(shape(&DENSE), vec![16])]);
+        let fast = missing_in(&fresh, grouped, Mode::Fast);
+        assert_eq!(fast.w4a16, [(shape(&DENSE), M_BUCKETS.iter().copied().filter(|&b| b != 4).collect())]);
+        let stale = db(vec![entry(&DENSE, 4, Environment { driver: 12080, ..env() })]);
+        assert_eq!(missing_in(&stale, grouped, Mode::Exact { m: 3 }).w4a16, [(shape(&DENSE), vec![4])]);
+    }
+
+    /// Wins every problem with the default variant; sleeps `pause` in each shape.
+    struct FakeTuner {
+        env: Environment,
+        pause: Duration,
+    }
+
+    impl Tuner for FakeTuner {
+        type Variant = W4a16;
+        type Kernel = ();
+
+        fn env(&self) -> &Environment {
+            &self.env
+        }
+
+        fn arch(&self) -> Arch {
+            ARCH
+        }
+
+        fn sms(&self) -> u32 {
+            132
+        }
+
+        fn compile(
+            &self,
+            variants: &[W4a16],
+            _: &mut TuningDb,
+            _: Option<&Cache>,
+            _: bool,
+            _: &(dyn Fn(usize) + Sync),
+        ) -> kdtree_jit::tune::error::Result<HashMap<String, ()>> {
+            Ok(variants.iter().map(|v| (v.name(), ())).collect())
+        }
+
+        fn tune_shape(
+            &mut self,
+            (s, group_size, dtype): (Shape, u32, Dtype),
+            work: &[AtM],
+            _: &HashMap<String, ()>,
+            _: &SearchConfig,
+            proceed: &mut dyn FnMut() -> bool,
+            _: &mut dyn FnMut(),
+        ) -> kdtree_jit::tune::error::Result<Vec<Tuned>> {
+            std::thread::sleep(self.pause);
+            let w = Int4Weight {
+                n: s.n as usize,
+                k: s.k as usize,
+                group_size: group_size as usize,
+                dtype,
+                routed_expert: false,
+            };
+            let mut done = Vec::new();
+            for (m, _) in work {
+                if !proceed() {
+                    break;
+                }
+                let e = entry(&w, *m, self.env.clone());
+                done.push(Tuned { key: e.key.clone(), entry: Some(e), rejected: Vec::new() });
+            }
+            Ok(done)
+        }
+    }
+
+    fn fake(pause: Duration) -> impl FnOnce() -> kdtree_jit::tune::error::Result<FakeTuner> {
+        move || Ok(FakeTuner { env: env(), pause })
+    }
+
+    #[test]
+    fn a_budget_of_0_or_nothing_missing_opens_no_tuner() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tuning.json");
+        let mut empty = db(Vec::new());
+        let todo = missing_in(&empty, MoeKernels::default(), Mode::Fast);
+        let never = || -> kdtree_jit::tune::error::Result<FakeTuner> { panic!("no tuner is opened") };
+        assert_eq!(tune(never, &mut empty, &path, None, &todo, Duration::ZERO, &mut |_| {}).unwrap(), None);
+        let never = || -> kdtree_jit::tune::error::Result<FakeTuner> { panic!("no tuner is opened") };
+        let nothing = Missing::default();
+        assert_eq!(tune(never, &mut empty, &path, None, &nothing, Duration::from_secs(60), &mut |_| {}).unwrap(), None);
+        assert!(empty.entries.is_empty() && !path.exists());
+    }
+
+    #[test]
+    fn what_is_tuned_is_saved_and_no_longer_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tuning.json");
+        let mut tuning = db(Vec::new());
+        let (moe, mode) = (MoeKernels::PerExpert, Mode::Fast);
+        let todo = missing_in(&tuning, moe, mode);
+        let summary = tune(fake(Duration::ZERO), &mut tuning, &path, None, &todo, Duration::from_secs(60), &mut |_| {})
+            .unwrap()
+            .unwrap();
+        assert_eq!((summary.tuned, summary.skipped, summary.failed), (todo.len(), 0, 0));
+        assert!(missing_in(&tuning, moe, mode).is_empty());
+        assert_eq!(TuningDb::open(&path).unwrap().entries, tuning.entries);
+        assert!(
+            summary.to_string().starts_with("startup tuning: tuned 16, skipped 0 for the budget, in "),
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn the_budget_stops_new_shapes_from_starting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tuning.json");
+        let mut tuning = db(Vec::new());
+        let todo = missing_in(&tuning, MoeKernels::PerExpert, Mode::Exact { m: 1 });
+        let budget = Duration::from_millis(200);
+        let summary = tune(fake(2 * budget), &mut tuning, &path, None, &todo, budget, &mut |_| {}).unwrap().unwrap();
+        // The first shape was started in time and finished; the second was not started.
+        assert_eq!((summary.tuned, summary.skipped), (1, 1));
+        assert_eq!(missing_in(&tuning, MoeKernels::PerExpert, Mode::Exact { m: 1 }).len(), 1);
+        assert!(summary.seconds >= budget.as_secs_f64());
+    }
+}

@@ -1,0 +1,89 @@
+//! Tuning at startup: the W4A16 problems a checkpoint makes the CUDA backend plan, against the
+//! tuning presets, and (on a GPU) tuned into an empty DB before the load plans from it.
+
+mod gpu_common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels, Source, missing};
+use kdtree_engine::model::int4_weights;
+use kdtree_engine::tiny::{Sharding, TinySpec, write_tiny_model};
+use kdtree_engine::{Model, greedy_generate};
+use kdtree_jit::Arch;
+use kdtree_jit::tune::db::TuningDb;
+use kdtree_jit::tune::env::Environment;
+use kdtree_jit::tune::key::{KIMI_K2, KIMI_K2_EXPERTS, Shape};
+
+/// Kimi K2's routed experts (hidden 7168, expert intermediate 2048, group 32, bf16 scales) in a
+/// model whose other weights are tiny, so it is written in a moment.
+fn k2_experts() -> TinySpec {
+    TinySpec {
+        vocab_size: 64,
+        num_attention_heads: 1,
+        q_lora_rank: Some(32),
+        kv_lora_rank: 32,
+        qk_nope_head_dim: 16,
+        qk_rope_head_dim: 16,
+        v_head_dim: 16,
+        intermediate_size: 64,
+        num_experts_per_tok: 1,
+        n_shared_experts: 0,
+        max_position_embeddings: 64,
+        rope_scaling: None,
+        sharding: Sharding::Count(1),
+        ..TinySpec::k2_slice(2, 1)
+    }
+}
+
+#[test]
+fn the_kimi_k2_presets_hold_the_shapes_the_engine_plans_for_k2s_experts() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), &k2_experts()).unwrap();
+    let weights = int4_weights(dir.path()).unwrap();
+    let env = Environment {
+        device: "NVIDIA H200".into(),
+        compute_capability: (9, 0),
+        driver: 13000,
+        nvrtc: (13, 0),
+        templates: "ab".repeat(32),
+    };
+    let empty = TuningDb::default();
+    let planned = missing(&weights, MoeKernels::PerExpert, Mode::Exact { m: 1 }, &empty, &env, Arch(90));
+    let shapes: BTreeSet<Shape> = planned.w4a16.iter().map(|(s, _)| Shape { n: s.n as u32, k: s.k as u32 }).collect();
+    // Gate and up run as one stacked [2 x 2048, 7168] weight, then down: not two 2048-row GEMMs.
+    assert_eq!(shapes, KIMI_K2_EXPERTS.shapes.iter().copied().collect());
+    assert!(shapes.iter().all(|s| KIMI_K2.shapes.contains(s)));
+    for (s, _) in &planned.w4a16 {
+        assert_eq!((s.group_size as u32, s.dtype), (KIMI_K2_EXPERTS.group_size, KIMI_K2_EXPERTS.dtype));
+    }
+    // The grouped MoE path (the default) runs none of them through per-shape plans.
+    assert!(missing(&weights, MoeKernels::default(), Mode::Fast, &empty, &env, Arch(90)).is_empty());
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn an_empty_db_gains_the_models_shapes_at_startup_and_the_load_runs_them() {
+    let model = tempfile::tempdir().unwrap();
+    let spec = TinySpec { int4_experts: true, hidden_size: 128, moe_intermediate_size: 128, ..TinySpec::default() };
+    write_tiny_model(model.path(), &spec).unwrap();
+    let db_dir = tempfile::tempdir().unwrap();
+    let db_path = db_dir.path().join("tuning.json");
+    // Per-expert MoE: the tiny model's only INT4 weights are its routed experts.
+    let options = CudaOptions { tuning_db: db_path.clone(), moe: MoeKernels::PerExpert, ..gpu_common::options() };
+    let mut cuda = CudaBackend::open(&options).unwrap();
+    let summary = cuda.tune_at_startup(model.path(), Duration::from_secs(120), &mut |_| {}).unwrap().unwrap();
+    assert_eq!((summary.tuned, summary.skipped, summary.failed), (2, 0, 0), "{summary}");
+    let saved = TuningDb::open(&db_path).unwrap();
+    let tuned: BTreeSet<(u32, u32, u32)> = saved.entries.iter().map(|e| (e.key.n, e.key.k, e.key.m_bucket)).collect();
+    assert_eq!(tuned, BTreeSet::from([(256, 128, 1), (128, 128, 1)]));
+    // Nothing is left to tune, and the load plans every shape from the new entries.
+    assert!(cuda.tune_at_startup(model.path(), Duration::from_secs(120), &mut |_| {}).unwrap().is_none());
+    let model = Model::load_on(model.path(), std::sync::Arc::new(cuda)).unwrap();
+    let plans = model.backend().plans();
+    assert_eq!(plans.len(), 2);
+    for (shape, plan) in plans {
+        assert_eq!(plan.general.source, Source::Tuned { bucket: 1, nearest: false }, "{shape}");
+    }
+    assert_eq!(greedy_generate(&model, &[1, 2, 3], 4, None).unwrap().len(), 4);
+}
