@@ -47,8 +47,8 @@ pub use linear::{CudaLinear, ShapeKernels};
 pub use moe::CudaExperts;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
 pub use startup_tune::{Missing, TuneSummary, missing};
-pub use tensor::{CudaBatch, CudaTensor};
 use tensor::HostBatch;
+pub use tensor::{CudaBatch, CudaTensor};
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
