@@ -2,6 +2,7 @@
 // (kernels/cuda/silu_mul.cu), so that the fused kernel gives its bits. Neither source can include the
 // other (NVRTC has no include path; the two crates embed their own directories), so these three
 // functions are that file's, verbatim, and kdtree-kernels' compile test fails when the texts differ.
+// Every dtype's module includes them; f16's gate uses only silu_times.
 
 // f32 -> bf16 bits, round to nearest even, NaN kept and made quiet: cast.cu's to_bf16 (NVRTC has no
 // include path), so that this matches half::bf16::from_f32 as the cast does.
