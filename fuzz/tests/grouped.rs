@@ -1,10 +1,13 @@
 //! The CPU side of the grouped W4A16 kernels, fuzzed: the assignments' alignment against a plain sort
 //! (random routings, skewed, with a hot expert, and arbitrary ids including ones past the experts),
-//! the grouped reference against the per-expert reference row by row, and the stacked layout of every
-//! grouped variant round-tripping expert by expert.
+//! the grouped reference against the per-expert reference row by row, the stacked layout of every
+//! grouped variant round-tripping expert by expert, gate-up weights interleaved for the SiLU epilogue
+//! (each tile's gate and up rows the same features', through every variant's layout), and the fused
+//! reference as SwiGLU of the rounded grouped reference.
 
 use kdtree_jit::w4a16::grouped::{
-    W4a16Grouped, XRows, align, grouped_reference, repack_experts, sample_routing, tile_bound,
+    W4a16Grouped, XRows, align, grouped_reference, grouped_silu_reference, interleave_gate_up, repack_experts,
+    sample_routing, tile_bound,
 };
 use kdtree_jit::w4a16::layout::{DeviceWeights, lengths};
 use kdtree_jit::w4a16::unpack;
@@ -118,6 +121,59 @@ proptest! {
         for (e, w) in ws.iter().enumerate() {
             let one = DeviceWeights { packed: d.packed[e * pl..(e + 1) * pl].to_vec(), scales: d.scales[e * sl..(e + 1) * sl].to_vec() };
             prop_assert_eq!(&unpack(&v.stream(), &one, n, k).unwrap(), w, "{} expert {}", v.name(), e);
+        }
+    }
+
+    #[test]
+    fn interleaved_gate_up_weights_pair_each_feature_in_its_tile_through_every_layout(
+        which in any::<prop::sample::Index>(),
+        inter in 1usize..150,
+        groups in 1usize..4,
+        seed: u64,
+    ) {
+        let valid = W4a16Grouped::valid(&Target { arch: Arch(90) });
+        let v = valid[which.index(valid.len())];
+        let (g, k, n) = (v.group_size as usize, v.group_size as usize * groups, 2 * inter);
+        let w = weight(n, k, g, v.dtype, seed);
+        let p = interleave_gate_up(&w).unwrap();
+        let (dw, dp) = (w.dequantize(), p.dequantize());
+        let row = |d: &[f32], r: usize| d[r * k..(r + 1) * k].to_vec();
+        for f in 0..inter {
+            // Tile f / 32 holds `half` features: gate rows first, then up rows.
+            let (tile, c) = (f / 32, f % 32);
+            let half = (inter - 32 * tile).min(32);
+            prop_assert_eq!(row(&dp, 64 * tile + c), row(&dw, f), "gate of feature {}", f);
+            prop_assert_eq!(row(&dp, 64 * tile + half + c), row(&dw, inter + f), "up of feature {}", f);
+        }
+        let d = repack_experts(&v, std::slice::from_ref(&p)).unwrap();
+        prop_assert_eq!(&unpack(&v.stream(), &d, n, k).unwrap(), &p, "{}", v.name());
+    }
+
+    #[test]
+    fn the_fused_reference_is_swiglu_of_the_rounded_grouped_reference(
+        tokens in 1usize..12,
+        experts in 1usize..6,
+        inter in 1usize..70,
+        f16 in any::<bool>(),
+        seed: u64,
+    ) {
+        let (dtype, k, n) = (if f16 { Dtype::F16 } else { Dtype::Bf16 }, 64, 2 * inter);
+        let ids = sample_routing(tokens, experts, 1, 0.5, None, seed);
+        let a = align(&ids, experts, 8);
+        let ws: Vec<QuantizedWeight> = (0..experts).map(|e| weight(n, k, 32, dtype, seed ^ e as u64)).collect();
+        let x: Vec<f32> = (0..tokens * k).map(|i| ((i * 29 + seed as usize) % 13) as f32 / 8.0 - 0.75).collect();
+        let rows = XRows::Gather { index: &a.sorted, div: 1 };
+        let y = grouped_reference(&x, k, rows, &ws, &a).unwrap();
+        let act = grouped_silu_reference(&x, k, rows, &ws, &a, dtype).unwrap();
+        prop_assert_eq!(act.len(), ids.len() * inter);
+        // The engine's CPU SiLU (its expression and order) on the gate-up rows rounded to the dtype.
+        let round = |v: &[f32]| v.iter().map(|&x| dtype.round(x)).collect::<Vec<f32>>();
+        for r in 0..ids.len() {
+            let (gate, up) = (round(&y[r * n..r * n + inter]), round(&y[r * n + inter..(r + 1) * n]));
+            let mut want = vec![0f32; inter];
+            kdtree_engine::ops::cpu::silu_mul(&gate, &up, &mut want);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&act[r * inter..(r + 1) * inter]), bits(&want), "row {}", r);
         }
     }
 }

@@ -34,10 +34,21 @@ impl Gpu {
 
     /// Loads a compiled kernel; its function is `c.name`. The cubin must be for this GPU's arch.
     pub fn load(&self, c: &Compiled) -> Result<CudaFunction> {
+        let [f] = self.load_entries(c, [c.name.clone()])?;
+        Ok(f)
+    }
+
+    /// Loads a compiled module once with several of its `extern "C"` entries (a template may define
+    /// more than its variant's function). The cubin must be for this GPU's arch.
+    pub fn load_entries<const N: usize>(&self, c: &Compiled, names: [String; N]) -> Result<[CudaFunction; N]> {
         if c.arch != self.arch {
             return Err(Error::WrongArch { name: c.name.clone(), compiled: c.arch, device: self.arch });
         }
         let module = self.ctx.load_module(Ptx::from_binary(c.cubin.clone()))?;
-        Ok(module.load_function(&c.name)?)
+        let mut functions = Vec::with_capacity(N);
+        for name in &names {
+            functions.push(module.load_function(name)?);
+        }
+        Ok(functions.try_into().unwrap_or_else(|_| unreachable!("one function per name")))
     }
 }

@@ -4,6 +4,8 @@
 //
 // Assignment a = t * top_k + j is token t's j-th expert ids[a]. Out:
 // - sorted[n]: the assignments ordered by (expert, a); ids >= experts form a last bucket.
+// - positions[n]: its inverse, positions[sorted[i]] = i: where assignment a's row lies in the sorted
+//   order, for the combine that reads the experts' rows there (moe_combine_sorted_bf16).
 // - offsets[experts + 1]: expert e's assignments are sorted[offsets[e] .. offsets[e + 1]].
 // - tiles[3 * max_tiles]: (expert, start, rows <= bm) covering each expert's run in order, experts
 //   ascending; the invalid bucket gets none. The caller sizes max_tiles with kdtree-jit's
@@ -25,6 +27,7 @@ __device__ __forceinline__ unsigned int bucket_of(unsigned int id, unsigned int 
 
 extern "C" __global__ void __launch_bounds__(BLOCK) moe_align(const unsigned int* __restrict__ ids,
                                                               unsigned int* __restrict__ sorted,
+                                                              unsigned int* __restrict__ positions,
                                                               unsigned int* __restrict__ offsets,
                                                               unsigned int* __restrict__ tiles,
                                                               unsigned int* __restrict__ meta, unsigned int n,
@@ -121,6 +124,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) moe_align(const unsigned int
             __syncwarp();  // every lane has read next[] before any lane moves it
             if (b != NONE) {
                 sorted[pos] = a;
+                positions[a] = pos;
                 if (rank == 0) next[b] += __popc(same);
             }
             __syncwarp();

@@ -28,7 +28,11 @@ __device__ __forceinline__ float from_bf16(unsigned short b) {
 }
 
 // The CPU op's expression and order: silu first, then the product with up.
-__device__ __forceinline__ unsigned short gated(float g, float u) { return to_bf16(g / (1.0f + expf(-g)) * u); }
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// The three functions above are also kdtree-jit's templates/w4a16/silu.cuh, the grouped gate-up
+// kernel's fused epilogue (tests/compile.rs checks the copies agree).
+__device__ __forceinline__ unsigned short gated(float g, float u) { return to_bf16(silu_times(g, u)); }
 
 extern "C" __global__ void silu_mul_halves_f32(const float* __restrict__ x, unsigned short* __restrict__ out,
                                                unsigned int rows, unsigned int inter) {

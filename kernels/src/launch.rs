@@ -240,13 +240,15 @@ pub unsafe fn moe_combine(
     h: u32,
 );
 
-/// Sorts the `n` assignments `ids` by expert (ids >= `experts` last) into `sorted`, with each expert's
+/// Sorts the `n` assignments `ids` by expert (ids >= `experts` last) into `sorted` (and its inverse,
+/// each assignment's sorted position, into `positions`), with each expert's
 /// start in `offsets` (`[experts + 1]`), tiles of at most `bm` rows in `tiles` (`[3 * max_tiles]`) and
 /// (tiles, experts touched, invalid ids) in `meta`. One block.
 #[kernel(file = "cuda/moe_align.cu", grid = 1u32, block = 1024u32)]
 pub unsafe fn moe_align(
     ids: &CudaView<u32>,
     sorted: &mut CudaSlice<u32>,
+    positions: &mut CudaSlice<u32>,
     offsets: &mut CudaSlice<u32>,
     tiles: &mut CudaSlice<u32>,
     meta: &mut CudaSlice<u32>,
@@ -255,13 +257,27 @@ pub unsafe fn moe_align(
     bm: u32,
     max_tiles: u32,
 );
+/// `out[t] = sum over s < k of weights[t, s] * f32(rows[positions[t * k + s]])`, ascending s, `rows`
+/// bf16 bits `[n_rows, h]`; a position past `n_rows` makes token t's row NaN.
+#[kernel(file = "cuda/moe_combine.cu", grid = tokens, block = 256)]
+pub unsafe fn moe_combine_sorted_bf16(
+    rows: &CudaSlice<u16>,
+    positions: &CudaView<u32>,
+    weights: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+    tokens: u32,
+    k: u32,
+    h: u32,
+    n_rows: u32,
+);
+
 /// Adds to `count[0]` how many of the `n` values of `x` are NaN or infinite; a grid of at most 1024
 /// blocks, each thread a grid-stride share of at least 16 values.
 #[kernel(file = "cuda/finite.cu", grid = n.div_ceil(4096).clamp(1, 1024), block = 256)]
 pub unsafe fn count_nonfinite(x: &CudaSlice<f32>, count: &mut CudaSlice<u32>, n: u32);
 
 /// This crate's kernels; naming them also links their registrations into the program.
-pub fn all() -> [&'static KernelDef; 26] {
+pub fn all() -> [&'static KernelDef; 27] {
     [
         &rmsnorm::KERNEL,
         &silu_mul::KERNEL,
@@ -287,6 +303,7 @@ pub fn all() -> [&'static KernelDef; 26] {
         &attention_tree::KERNEL,
         &route_noaux_tc::KERNEL,
         &moe_combine::KERNEL,
+        &moe_combine_sorted_bf16::KERNEL,
         &moe_align::KERNEL,
         &count_nonfinite::KERNEL,
     ]

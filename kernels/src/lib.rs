@@ -25,6 +25,7 @@
 //! | [`attention_tree`] | `cuda/attention.cu.tera` (`WARPS = 4`) | a block per (query, head), a running softmax per warp |
 //! | [`route_noaux_tc`] | `cuda/route.cu` | a warp per token |
 //! | [`moe_combine`] | `cuda/moe_combine.cu` | a block per token, float4 |
+//! | [`moe_combine_sorted_bf16`] | `cuda/moe_combine.cu` | a block per token, the slots' rows found through `positions` |
 //! | [`moe_align`] | `cuda/moe_align.cu` | one block: counts, prefix sums, tiles, a one-warp stable scatter |
 //! | [`count_nonfinite`] | `cuda/finite.cu` | up to 1024 blocks, grid-stride float4, an atomic per block |
 //!
@@ -51,7 +52,7 @@ pub use ops::attention::{AttentionShape, KvLayout, attention_tree, kv_append, ma
 pub use ops::cast::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use ops::elementwise::{add_assign, silu_mul_halves_bf16, silu_mul_halves_f32};
 pub use ops::finite::count_nonfinite;
-pub use ops::moe::{Routing, moe_combine, route_noaux_tc};
+pub use ops::moe::{Routing, moe_combine, moe_combine_sorted_bf16, route_noaux_tc};
 pub use ops::moe_align::{Alignment, moe_align};
 pub use ops::rope::{RopeColumns, RopeLayout, rope_strided};
 pub use ops::rows::{copy_cols, embedding_bf16, gather_rows_f32, gather_rows_u16, scatter_rows_bf16_to_f32};

@@ -1,5 +1,5 @@
 //! The GPU alignment of routed assignments against the CPU one (kdtree-jit's `w4a16::grouped::align`):
-//! exact, sorted list, offsets, tiles and counts alike. Run on a GPU machine:
+//! exact, sorted list, offsets, tiles and counts alike; the positions are the sorted list's inverse. Run on a GPU machine:
 //! `cargo test --release -p kdtree-kernels --test gpu_moe_align -- --ignored`.
 
 mod common;
@@ -45,6 +45,20 @@ fn check(ids: &[u32], experts: usize, bm: usize) -> Result<(), TestCaseError> {
         "sorted of {}: {}",
         what,
         first_mismatch(&sorted, &want.sorted)
+    );
+    let positions = s.clone_dtoh(&out.positions).unwrap();
+    let want_positions = {
+        let mut p = vec![0u32; ids.len()];
+        for (i, &a) in want.sorted.iter().enumerate() {
+            p[a as usize] = i as u32;
+        }
+        p
+    };
+    prop_assert!(
+        positions[..ids.len()] == want_positions[..],
+        "positions of {}: {}",
+        what,
+        first_mismatch(&positions, &want_positions)
     );
     let offsets = s.clone_dtoh(&out.offsets).unwrap();
     prop_assert!(offsets == want.offsets, "offsets of {}: {}", what, first_mismatch(&offsets, &want.offsets));

@@ -1,20 +1,25 @@
 //! One MoE layer on the GPU: the router (an f32 GEMM and the `noaux_tc` top-k), then the routed
 //! experts, then the weighted combine. Nothing crosses to the host.
 //!
-//! The experts run grouped (kdtree-jit's `w4a16::grouped`): the assignments are sorted by expert and
-//! tiled on the GPU (kdtree-kernels' `moe_align`), one launch computes every assignment's gate and up
-//! projections (X rows gathered by token), one the SiLU product, one every down projection (rows in
-//! sorted order), and the results are scattered to their (token, slot) and combined. A row's result
-//! never depends on the other rows: the grouped kernel computes each row on its own in a fixed K
-//! order, and the combine adds a token's slots in ascending expert index, as the CPU does. So the
-//! outputs are batch-invariant, as exact mode requires.
+//! The experts run grouped (kdtree-jit's `w4a16::grouped`), four launches after the router: the
+//! assignments are sorted by expert and tiled on the GPU (kdtree-kernels' `moe_align`), one launch
+//! computes every assignment's gate and up projections (X rows gathered by token) and stores their
+//! SiLU product (the gate-up weights are interleaved at upload so that a 64-column tile holds both
+//! halves of 32 features), one every down projection (rows in sorted order), and one combines each
+//! token's slots, read in sorted order through the alignment's positions. These give the bits of the
+//! unfused chain (gate-up, `silu_mul_halves`, down, scatter, `moe_combine`). A row's result never
+//! depends on the other rows: the grouped kernel computes each row on its own in a fixed K order, and
+//! the combine adds a token's slots in ascending expert index, as the CPU does. So the outputs are
+//! batch-invariant, as exact mode requires.
 //!
 //! Weights the grouped kernel cannot serve (dense experts, f16 activations, experts of different
 //! shapes) run one launch chain per expert with the routing read back to the host, as before the
 //! grouped kernel; the loader says so on stderr, and [`CudaExperts::describe`] names the path.
 
-use cudarc::driver::{CudaSlice, CudaView};
-use kdtree_jit::w4a16::grouped::{DeviceRows, GroupedBuffers, GroupedKernel, GroupedShape, W4a16Grouped};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
+use kdtree_jit::w4a16::grouped::{
+    DeviceRows, Epilogue, GroupedBuffers, GroupedKernel, GroupedShape, W4a16Grouped, interleave_gate_up,
+};
 use kdtree_jit::w4a16::{self, layout::lengths};
 use kdtree_jit::{Target, Variant};
 use kdtree_kernels::shape::{MAX_ASSIGNMENTS, MAX_EXPERTS};
@@ -56,7 +61,8 @@ struct Stacked {
 }
 
 struct Grouped {
-    /// Gate and up stacked (`[2 * inter, hidden]` per expert), and down (`[hidden, inter]`).
+    /// Gate and up stacked (`[2 * inter, hidden]` per expert, rows interleaved for the SiLU epilogue:
+    /// `interleave_gate_up`), and down (`[hidden, inter]`).
     gate_up: Stacked,
     down: Stacked,
     /// Both projections run the same variant, so one alignment (tiles of its `bm`) serves both.
@@ -202,7 +208,7 @@ impl Grouped {
         for (gu, d) in experts {
             match (gu, d) {
                 (HostLinear::Int4(gu), HostLinear::Int4(d)) => {
-                    gate_up.push(gu);
+                    gate_up.push(interleave_gate_up(&gu)?);
                     down.push(d);
                 }
                 _ => return Err(EngineError::InvalidArgument("grouped experts must be INT4".into())),
@@ -265,7 +271,7 @@ fn grouped_forward(
     Ok(out)
 }
 
-/// `tokens` tokens' routed experts: align, gate-up, SiLU, down, scatter to slots, combine.
+/// `tokens` tokens' routed experts: align, gate-up with its SiLU product, down, combine.
 fn grouped_tokens(
     b: &CudaBackend,
     g: &Grouped,
@@ -290,39 +296,24 @@ fn grouped_tokens(
         b.count_experts(meta[1] as usize);
     }
 
-    let (n_gu, inter) = (g.gate_up.n, g.down.k);
-    let mut gu = b.output::<u16>(assignments * n_gu)?;
-    let shape = GroupedShape { experts, n: n_gu, k: g.gate_up.k, x_rows: tokens, y_rows: assignments };
-    let buffers = GroupedBuffers {
-        x: xh,
-        rows: DeviceRows::Gather { index: a.sorted.slice(0..assignments), div: top_k },
-        packed: &g.gate_up.packed,
-        scales: &g.gate_up.scales,
-        tiles: a.tiles.slice(..),
-        tile_count: a.meta.slice(0..1),
-        y: gu.slice_mut(..),
+    // One projection of every assignment over the alignment's tiles: X of `x_rows` rows read as `rows`
+    // says, Y in sorted order.
+    let project = |w: &Stacked, epilogue, x: CudaView<u16>, x_rows, rows, y: CudaViewMut<u16>| {
+        let shape = GroupedShape { experts, n: w.n, k: w.k, x_rows, y_rows: assignments };
+        let (packed, scales) = (&w.packed, &w.scales);
+        let (tiles, tile_count) = (a.tiles.slice(..), a.meta.slice(0..1));
+        let buffers = GroupedBuffers { x, rows, packed, scales, tiles, tile_count, y };
+        g.kernel.launch(gpu, epilogue, shape, buffers)
     };
-    g.kernel.launch(gpu, shape, buffers)?;
+    let inter = g.down.k;
     let mut act = b.output::<u16>(assignments * inter)?;
-    ops::silu_mul_halves_u16(k, &gu, assignments, n_gu, g.dtype, &mut act)?;
-
+    let gather = DeviceRows::Gather { index: a.sorted.slice(0..assignments), div: top_k };
+    project(&g.gate_up, Epilogue::Silu, xh, tokens, gather, act.slice_mut(..))?;
     let mut y = b.output::<u16>(assignments * h)?;
-    let shape = GroupedShape { experts, n: h, k: inter, x_rows: assignments, y_rows: assignments };
-    let buffers = GroupedBuffers {
-        x: act.slice(..),
-        rows: DeviceRows::Identity,
-        packed: &g.down.packed,
-        scales: &g.down.scales,
-        tiles: a.tiles.slice(..),
-        tile_count: a.meta.slice(0..1),
-        y: y.slice_mut(..),
-    };
-    g.kernel.launch(gpu, shape, buffers)?;
-    // Sorted position i holds assignment sorted[i] = token * top_k + slot: its slot row.
-    let mut slots = b.output::<f32>(assignments * h)?;
-    ops::scatter_rows_to_f32(k, &y, g.dtype, &a.sorted, 0, assignments, h, &mut slots)?;
+    project(&g.down, Epilogue::Store, act.slice(..), assignments, DeviceRows::Identity, y.slice_mut(..))?;
+    // Slot s of token t is sorted row positions[t * top_k + s].
     let mut out = b.output::<f32>(tokens * h)?;
-    kdtree_kernels::moe_combine(k, &slots, weights, top_k, &mut out)?;
+    kdtree_kernels::moe_combine_sorted_bf16(k, &y, &a.positions.slice(0..assignments), weights, top_k, &mut out)?;
     Ok(out)
 }
 

@@ -1,6 +1,6 @@
 //! DeepSeek-V3's router and the weighted sum of the routed experts' outputs.
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaView};
 use kdtree_jit::kernel::Kernels;
 
 use crate::error::Result;
@@ -71,6 +71,29 @@ pub fn moe_combine(
     if tokens > 0 && h > 0 {
         // SAFETY: slots are tokens x top_k x h, weights tokens x top_k, out tokens x h.
         unsafe { launch::moe_combine(k, slots, weights, out, tokens, top_k, h) }?;
+    }
+    Ok(())
+}
+
+/// [`moe_combine`] of the grouped experts' output where it lies: `rows` ([n_rows, h] bf16 bits) in
+/// [`moe_align`](crate::moe_align)'s sorted order, `positions` ([T * top_k], that alignment's
+/// [`positions`](crate::Alignment::positions)) the row of each (token, slot). Each value is widened to
+/// f32 exactly and summed as [`moe_combine`] sums: the bits of
+/// [`scatter_rows_bf16_to_f32`](crate::scatter_rows_bf16_to_f32) to the slots then [`moe_combine`], in
+/// one launch. A position past the rows (no alignment writes one) makes its token's row NaN.
+pub fn moe_combine_sorted_bf16(
+    k: &Kernels,
+    rows: &CudaSlice<u16>,
+    positions: &CudaView<u32>,
+    weights: &CudaSlice<f32>,
+    top_k: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let a = shape::moe_combine_sorted(rows.len(), positions.len(), weights.len(), top_k, out.len())?;
+    if a.tokens > 0 && a.h > 0 {
+        // SAFETY: rows are n_rows x h, positions and weights tokens x top_k (top_k <= the kernel's 32), out
+        // tokens x h; the kernel reads no row at or past n_rows.
+        unsafe { launch::moe_combine_sorted_bf16(k, rows, positions, weights, out, a.tokens, a.top_k, a.h, a.n_rows) }?;
     }
     Ok(())
 }

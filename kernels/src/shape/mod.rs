@@ -14,7 +14,9 @@ mod rows;
 
 pub use attention::{AttentionArgs, KvAppendArgs, MAX_HEAD_DIM, MAX_NEW_TOKENS, attention, kv_append};
 pub use elementwise::{at_least, silu_halves};
-pub use moe::{MAX_EXPERTS, MAX_GROUPS, MAX_TOP_K, RouteArgs, moe_combine, route};
+pub use moe::{
+    CombineSortedArgs, MAX_EXPERTS, MAX_GROUPS, MAX_TOP_K, RouteArgs, moe_combine, moe_combine_sorted, route,
+};
 pub use moe_align::{AlignArgs, MAX_ASSIGNMENTS, moe_align};
 pub use rope::{RopeArgs, rope_strided};
 pub use rows::{copy_cols, embedding_rows, indexed_rows};

@@ -65,6 +65,43 @@ pub fn moe_combine(slots: usize, weights: usize, k: usize, out: usize) -> Result
     Ok((to_u32(op, "tokens", tokens)?, to_u32(op, "k", k)?, to_u32(op, "h", h)?))
 }
 
+/// The kernel's size arguments for [`crate::ops::moe::moe_combine_sorted_bf16`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CombineSortedArgs {
+    pub tokens: u32,
+    pub top_k: u32,
+    pub h: u32,
+    pub n_rows: u32,
+}
+
+/// rows `[n_rows, h]`, positions and weights `[tokens, top_k]`, out `[tokens, h]`: h from out, n_rows
+/// from rows.
+pub fn moe_combine_sorted(
+    rows: usize,
+    positions: usize,
+    weights: usize,
+    top_k: usize,
+    out: usize,
+) -> Result<CombineSortedArgs> {
+    let op = "moe_combine_sorted_bf16";
+    ensure(op, top_k > 0 && weights.is_multiple_of(top_k), || {
+        format!("weights hold {weights} values, not rows of {top_k}")
+    })?;
+    unsupported(op, top_k <= MAX_TOP_K, || format!("top_k {top_k}, at most {MAX_TOP_K}"))?;
+    ensure(op, positions == weights, || format!("{positions} positions for {weights} weights"))?;
+    let tokens = weights / top_k;
+    let h = out.checked_div(tokens).unwrap_or(0);
+    ensure(op, out == tokens * h, || format!("out ({out}) is not {tokens} rows of one width"))?;
+    ensure(op, h == 0 || rows.is_multiple_of(h), || format!("rows ({rows}) are not rows of {h}"))?;
+    let n_rows = rows.checked_div(h).unwrap_or(0);
+    Ok(CombineSortedArgs {
+        tokens: to_u32(op, "tokens", tokens)?,
+        top_k: to_u32(op, "top_k", top_k)?,
+        h: to_u32(op, "h", h)?,
+        n_rows: to_u32(op, "rows", n_rows)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,6 +123,18 @@ mod tests {
         assert!(matches!(route(1024, 1024, (8, 8), 1024, 8, (1, 1)), Err(Error::Unsupported { .. })));
         assert!(matches!(route(128, 128, (64, 64), 128, 64, (1, 1)), Err(Error::Unsupported { .. })));
         assert!(matches!(route(128, 128, (8, 8), 128, 8, (64, 1)), Err(Error::Unsupported { .. })));
+    }
+
+    #[test]
+    fn moe_combine_sorted_derives_the_width_from_out_and_the_rows_from_it() {
+        let want = CombineSortedArgs { tokens: 2, top_k: 8, h: 5, n_rows: 16 };
+        assert_eq!(moe_combine_sorted(16 * 5, 16, 16, 8, 2 * 5).unwrap(), want);
+        assert_eq!(moe_combine_sorted(0, 0, 0, 8, 0).unwrap().tokens, 0);
+        assert!(matches!(moe_combine_sorted(16 * 5, 15, 16, 8, 2 * 5), Err(Error::Shape { .. })));
+        assert!(matches!(moe_combine_sorted(16 * 5 + 1, 16, 16, 8, 2 * 5), Err(Error::Shape { .. })));
+        assert!(matches!(moe_combine_sorted(16 * 5, 16, 16, 8, 2 * 5 + 1), Err(Error::Shape { .. })));
+        assert!(matches!(moe_combine_sorted(16 * 5, 16, 15, 8, 2 * 5), Err(Error::Shape { .. })));
+        assert!(matches!(moe_combine_sorted(66 * 5, 66, 66, 33, 2 * 5), Err(Error::Unsupported { .. })));
     }
 
     #[test]

@@ -1,11 +1,14 @@
-//! Launching a grouped variant. [`GroupedKernel`] binds a variant to its loaded function (checked by
-//! name when it is made), so no safe call can launch a function with another kernel's arguments.
+//! Launching a grouped variant. [`GroupedKernel`] binds a variant to its loaded functions (the module
+//! checked by name when it is made), so no safe call can launch a function with another kernel's
+//! arguments.
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
 use kdtree_quant::QuantizedWeight;
 
+#[cfg(doc)]
+use crate::w4a16::grouped::interleave_gate_up;
 use crate::w4a16::grouped::rules::{STATIC_SMEM, dynamic_smem};
 use crate::w4a16::grouped::{Alignment, W4a16Grouped, XRows, repack_experts, tile_bound};
 use crate::w4a16::layout::lengths;
@@ -51,14 +54,39 @@ pub struct GroupedShape {
     pub y_rows: usize,
 }
 
-/// A grouped variant and its function, loaded on one GPU.
+/// A grouped variant and its two entries, loaded on one GPU.
 pub struct GroupedKernel {
     variant: W4a16Grouped,
+    /// `{name}`: stores Y.
     function: CudaFunction,
+    /// `{name}_silu`: stores SwiGLU's product of Y's interleaved gate-up pairs.
+    silu: CudaFunction,
+}
+
+/// What a launch stores: Y, or silu(gate) * up of a gate-up weight in [`interleave_gate_up`]'s layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Epilogue {
+    /// Y, [y_rows, N].
+    Store,
+    /// `[y_rows, N / 2]`: feature f is `silu(Y[.., f]) * Y[.., N / 2 + f]` of the weight before
+    /// interleaving, each sum rounded to the dtype first, as [`Epilogue::Store`] followed by
+    /// kdtree-kernels' `silu_mul_halves_bf16` gives it, bit for bit. N even.
+    Silu,
+}
+
+impl Epilogue {
+    /// Columns of the output for a weight of `n` rows.
+    pub fn cols(self, n: usize) -> usize {
+        match self {
+            Epilogue::Store => n,
+            Epilogue::Silu => n / 2,
+        }
+    }
 }
 
 impl GroupedKernel {
-    /// Loads `compiled`, which must be `variant`'s kernel (its function name is the variant's name).
+    /// Loads `compiled`, which must be `variant`'s kernel (its function name is the variant's name),
+    /// with both of its template's entries.
     pub fn load(gpu: &Gpu, variant: W4a16Grouped, compiled: &Compiled) -> Result<GroupedKernel> {
         if compiled.name != variant.name() {
             return Err(Error::Unsupported {
@@ -66,7 +94,8 @@ impl GroupedKernel {
                 reason: format!("the cubin given holds `{}`", compiled.name),
             });
         }
-        Ok(GroupedKernel { variant, function: gpu.load(compiled)? })
+        let [function, silu] = gpu.load_entries(compiled, [compiled.name.clone(), variant.silu_name()])?;
+        Ok(GroupedKernel { variant, function, silu })
     }
 
     /// Compiles (through `cache`) and loads `variant` for `gpu`.
@@ -80,9 +109,10 @@ impl GroupedKernel {
     }
 
     /// Enqueues `Y[r] = X[row(r)] · dequant(W[e(r)])ᵀ` for every row r of every valid tile on `gpu`'s
-    /// stream. Rows of Y in no tile are left as they are. The tile table comes from the device and
-    /// cannot be checked here; the kernel skips entries whose expert or rows are out of range.
-    pub fn launch(&self, gpu: &Gpu, s: GroupedShape, b: GroupedBuffers) -> Result<()> {
+    /// stream, stored as `epilogue` says. Rows of Y in no tile are left as they are. The tile table
+    /// comes from the device and cannot be checked here; the kernel skips entries whose expert or rows
+    /// are out of range.
+    pub fn launch(&self, gpu: &Gpu, epilogue: Epilogue, s: GroupedShape, b: GroupedBuffers) -> Result<()> {
         let v = &self.variant;
         let fail = |reason: String| Error::Unsupported { variant: v.name(), reason };
         let GroupedShape { experts, n, k, x_rows, y_rows } = s;
@@ -92,6 +122,9 @@ impl GroupedKernel {
         let g = v.group_size as usize;
         if experts == 0 || n == 0 || k == 0 || x_rows == 0 {
             return Err(fail(format!("empty product: {experts} experts of {n} x {k}, {x_rows} rows of X")));
+        }
+        if epilogue == Epilogue::Silu && !n.is_multiple_of(2) {
+            return Err(fail(format!("the SiLU epilogue pairs gate and up columns: N = {n} is odd")));
         }
         if !k.is_multiple_of(g) {
             return Err(fail(format!("K = {k} is not a multiple of the group size {g}")));
@@ -108,7 +141,7 @@ impl GroupedKernel {
             ("scales", b.scales.len(), experts * scales_len),
             ("tiles", b.tiles.len(), 3 * bound),
             ("tile_count", b.tile_count.len(), 1),
-            ("y", b.y.len(), y_rows * n),
+            ("y", b.y.len(), y_rows * epilogue.cols(n)),
         ];
         let (rows_of, row_div) = match &b.rows {
             DeviceRows::Gather { index, div } => {
@@ -124,9 +157,13 @@ impl GroupedKernel {
         if let Some((name, have, need)) = needs.iter().find(|(_, have, need)| have < need) {
             return Err(fail(format!("{name} holds {have} elements, {need} needed")));
         }
+        let function = match epilogue {
+            Epilogue::Store => &self.function,
+            Epilogue::Silu => &self.silu,
+        };
         let smem = dynamic_smem(v);
         if smem + STATIC_SMEM > DEFAULT_SMEM {
-            let f = &self.function;
+            let f = function;
             f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
         }
         let cfg = LaunchConfig {
@@ -135,26 +172,31 @@ impl GroupedKernel {
             shared_mem_bytes: smem as u32,
         };
         let (x_rows, y_rows, experts, n, k) = (x_rows as i32, y_rows as i32, experts as i32, n as i32, k as i32);
-        let mut args = gpu.stream.launch_builder(&self.function);
+        let mut args = gpu.stream.launch_builder(function);
         let mut y = b.y;
         args.arg(&b.x).arg(b.packed).arg(b.scales).arg(&mut y).arg(&b.tiles).arg(&b.tile_count).arg(rows_of);
         args.arg(&row_div).arg(&x_rows).arg(&y_rows).arg(&experts).arg(&n).arg(&k);
-        // SAFETY: `function` is this variant's kernel (checked by name when loaded), whose signature is
+        // SAFETY: `function` is an entry of this variant's module (checked by name when loaded); both
+        // entries have the signature
         // (x, packed, scales, y, tiles, tile_count, rows_of, row_div, x_rows, y_rows, experts, n, k).
         // Every buffer was checked above to hold what the kernel may index: X x_rows rows (the kernel
         // zero-fills rows past it), the experts' weights, `bound` tiles (the grid's y), the row index
-        // y_rows entries (read only when row_div > 0), Y y_rows rows (the kernel skips tiles past it).
+        // y_rows entries (read only when row_div > 0), Y y_rows rows of the epilogue's columns (n / 2,
+        // n even, for the SiLU entry; the kernel skips tiles past them).
         unsafe { args.launch(cfg) }?;
         Ok(())
     }
 }
 
 /// One grouped product from host data, for tests and correctness gates: stacks and uploads the
-/// experts, uploads X, the row index and `a`'s tiles, launches and returns Y ([sorted rows, n] bits
-/// of the activation dtype; rows in no tile are zero).
+/// experts (for [`Epilogue::Silu`], in [`interleave_gate_up`]'s layout), uploads X, the row index and
+/// `a`'s tiles, launches and returns the output ([sorted rows, `epilogue.cols(n)`] bits of the
+/// activation dtype; rows in no tile are zero).
+#[allow(clippy::too_many_arguments)]
 pub fn grouped_host(
     gpu: &Gpu,
     kernel: &GroupedKernel,
+    epilogue: Epilogue,
     x: &[u16],
     k: usize,
     rows: XRows,
@@ -164,6 +206,7 @@ pub fn grouped_host(
     let v = kernel.variant();
     let d = repack_experts(v, experts)?;
     let n = experts[0].n;
+    let cols = epilogue.cols(n);
     let s = &gpu.stream;
     let y_rows = a.sorted.len();
     let bound = tile_bound(experts.len(), y_rows, v.bm as usize).max(1);
@@ -181,7 +224,7 @@ pub fn grouped_host(
         XRows::Gather { index, .. } => s.clone_htod(index)?,
         XRows::Identity => s.clone_htod(&[0u32])?,
     };
-    let mut y = s.alloc_zeros::<u16>((y_rows * n).max(1))?;
+    let mut y = s.alloc_zeros::<u16>((y_rows * cols).max(1))?;
     let device_rows = match rows {
         XRows::Gather { div, .. } => DeviceRows::Gather { index: index.as_view(), div },
         XRows::Identity => DeviceRows::Identity,
@@ -196,8 +239,8 @@ pub fn grouped_host(
         tile_count: count.as_view(),
         y: y.as_view_mut(),
     };
-    kernel.launch(gpu, shape, b)?;
+    kernel.launch(gpu, epilogue, shape, b)?;
     let mut out = s.clone_dtoh(&y)?;
-    out.truncate(y_rows * n);
+    out.truncate(y_rows * cols);
     Ok(out)
 }

@@ -7,6 +7,7 @@
 //! | assignments sorted by expert, cut into tiles, and the grid's bound | [`align()`], [`tile_bound`] |
 //! | the experts' stacked weights, the CPU reference product | [`repack_experts`], [`grouped_reference`] |
 //! | the loaded kernel and its launch | [`GroupedKernel`] |
+//! | the gate-up launch that stores SwiGLU's product, its weight layout and reference | [`Epilogue::Silu`], [`interleave_gate_up`], [`grouped_silu_reference`] |
 //!
 //! The kernel (`templates/w4a16_grouped.cu.tera`) is the stream algorithm over a tile table: block
 //! (column tile, tile) computes the tile's rows (at most `bm` assignments of one expert, consecutive in
@@ -17,7 +18,7 @@
 //!
 //! ```no_run
 //! use kdtree_jit::{Gpu, Target};
-//! use kdtree_jit::w4a16::grouped::{GroupedKernel, W4a16Grouped, XRows, align, grouped_host};
+//! use kdtree_jit::w4a16::grouped::{Epilogue, GroupedKernel, W4a16Grouped, XRows, align, grouped_host};
 //! use kdtree_quant::{Dtype, QuantizedWeight};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -33,7 +34,7 @@
 //! let a = align(&ids, experts.len(), kernel.variant().bm as usize);
 //! let x = vec![0x3f80u16; 3 * k]; // bf16 ones
 //! let rows = XRows::Gather { index: &a.sorted, div: top_k };
-//! let y = grouped_host(&gpu, &kernel, &x, k, rows, &experts, &a)?; // [6, n], rows in sorted order
+//! let y = grouped_host(&gpu, &kernel, Epilogue::Store, &x, k, rows, &experts, &a)?; // [6, n], rows in sorted order
 //! # Ok(()) }
 //! ```
 
@@ -44,6 +45,6 @@ pub mod rules;
 pub mod space;
 
 pub use align::{Alignment, Tile, align, sample_routing, tile_bound};
-pub use launch::{DeviceRows, GroupedBuffers, GroupedKernel, GroupedShape, grouped_host};
-pub use reference::{XRows, grouped_reference, repack_experts};
+pub use launch::{DeviceRows, Epilogue, GroupedBuffers, GroupedKernel, GroupedShape, grouped_host};
+pub use reference::{XRows, grouped_reference, grouped_silu_reference, interleave_gate_up, repack_experts};
 pub use space::W4a16Grouped;

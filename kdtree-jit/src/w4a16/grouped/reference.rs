@@ -89,12 +89,92 @@ pub fn grouped_reference<W: Borrow<QuantizedWeight>>(
     Ok(y)
 }
 
+/// The rows of a gate-up weight (`[2 * inter, k]`: gate rows, then up rows, as the checkpoints stack
+/// w1 and w3) reordered for [`Epilogue::Silu`](crate::w4a16::grouped::launch::Epilogue::Silu): each
+/// 64-row tile j holds the gate rows of features 32j.. then the up rows of the same features, 32 of
+/// each, fewer in a last partial tile. Words and scales move with their rows; the int4 values, groups
+/// and scale bits are untouched.
+pub fn interleave_gate_up(w: &QuantizedWeight) -> Result<QuantizedWeight> {
+    if !w.n.is_multiple_of(2) {
+        return Err(Error::Quant(kdtree_quant::QuantError::ShapeMismatch {
+            tensor: "a gate-up weight".into(),
+            expected: vec![2 * (w.n / 2), w.k],
+            actual: vec![w.n, w.k],
+        }));
+    }
+    let inter = w.n / 2;
+    let (words, groups) = (w.packed.len() / w.n.max(1), w.scales.len() / w.n.max(1));
+    let (mut packed, mut bits) = (Vec::with_capacity(w.packed.len()), Vec::with_capacity(w.scales.len()));
+    for f0 in (0..inter).step_by(32) {
+        let features = f0..(f0 + 32).min(inter);
+        for row in features.clone().chain(features.map(|f| inter + f)) {
+            packed.extend_from_slice(&w.packed[row * words..(row + 1) * words]);
+            bits.extend_from_slice(&w.scales.bits[row * groups..(row + 1) * groups]);
+        }
+    }
+    let scales = kdtree_quant::Scales { dtype: w.scales.dtype, bits };
+    Ok(QuantizedWeight::from_parts("the interleaved gate-up weight", w.n, w.k, w.group_size, packed, scales)?)
+}
+
+/// SwiGLU of [`grouped_reference`]'s gate-up rows, as the fused epilogue computes it: `experts` are the
+/// gate-up weights as stored (not interleaved), and each output `[sorted rows, n / 2]` is
+/// `silu(g) * u` in f32 of the gate and up sums each rounded to `dtype`, before its final rounding
+/// (rows that `grouped_reference` leaves NaN stay NaN).
+pub fn grouped_silu_reference(
+    x: &[f32],
+    k: usize,
+    rows: XRows,
+    experts: &[QuantizedWeight],
+    a: &Alignment,
+    dtype: kdtree_quant::Dtype,
+) -> Result<Vec<f32>> {
+    let y = grouped_reference(x, k, rows, experts, a)?;
+    let n = experts.first().map_or(0, |w| w.n);
+    let inter = n / 2;
+    let silu_times = |g: f32, u: f32| g / (1.0 + (-g).exp()) * u;
+    Ok(y.chunks_exact(n.max(1))
+        .flat_map(|row| (0..inter).map(move |f| silu_times(dtype.round(row[f]), dtype.round(row[inter + f]))))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::w4a16::grouped::align;
     use crate::w4a16::unpack;
     use kdtree_quant::Dtype;
+
+    #[test]
+    fn interleaving_pairs_each_features_gate_and_up_rows_in_every_tile() {
+        // inter = 40: tile 0 holds features 0..32, tile 1 the last 8 (16 rows).
+        let (n, k) = (80, 64);
+        let w: Vec<f32> = (0..n * k).map(|i| ((i / k * 3 + i % k) % 15) as f32 - 7.0).collect();
+        let q = QuantizedWeight::quantize(&w, n, k, 32, Dtype::Bf16).unwrap();
+        let p = interleave_gate_up(&q).unwrap();
+        let (dq, dp) = (q.dequantize(), p.dequantize());
+        let row = |d: &[f32], r: usize| d[r * k..(r + 1) * k].to_vec();
+        for (at, from) in [(0, 0), (31, 31), (32, 40), (63, 71), (64, 32), (71, 39), (72, 72), (79, 79)] {
+            assert_eq!(row(&dp, at), row(&dq, from), "interleaved row {at} is row {from}");
+        }
+        let odd = QuantizedWeight::quantize(&[1.0; 3 * 32], 3, 32, 32, Dtype::Bf16).unwrap();
+        assert!(interleave_gate_up(&odd).is_err());
+    }
+
+    #[test]
+    fn the_silu_reference_gates_the_rounded_gate_up_rows() {
+        let (n, k) = (6, 32);
+        let w: Vec<f32> = (0..n * k).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
+        let experts = [QuantizedWeight::quantize(&w, n, k, 32, Dtype::Bf16).unwrap()];
+        let x: Vec<f32> = (0..2 * k).map(|i| (i % 7) as f32 * 0.125 - 0.375).collect();
+        let a = align(&[0, 0], 1, 8);
+        let y = grouped_reference(&x, k, XRows::Identity, &experts, &a).unwrap();
+        let act = grouped_silu_reference(&x, k, XRows::Identity, &experts, &a, Dtype::Bf16).unwrap();
+        assert_eq!(act.len(), 2 * 3);
+        for (r, f) in [(0, 0), (1, 2)] {
+            let (g, u) = (Dtype::Bf16.round(y[r * n + f]), Dtype::Bf16.round(y[r * n + 3 + f]));
+            assert_eq!(act[r * 3 + f], g / (1.0 + (-g).exp()) * u);
+        }
+    }
 
     #[test]
     fn stacked_experts_unpack_one_by_one() {

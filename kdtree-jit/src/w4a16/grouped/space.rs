@@ -62,6 +62,12 @@ impl W4a16Grouped {
         }
     }
 
+    /// The name of the template's second entry, which stores SwiGLU's product
+    /// ([`Epilogue::Silu`](crate::w4a16::grouped::Epilogue::Silu)) in the same module.
+    pub fn silu_name(&self) -> String {
+        format!("{}_silu", self.name())
+    }
+
     /// The engine's default until tuning picks per shape: 8-row tiles (a K2 expert sees 1..8 tokens at
     /// T <= 64), 4 warps, 128 K per stage, 4 stages, f32 sums: the stream point that won K2's down
     /// projection (7168 x 2048) at M = 8 on the H200 (`BENCHMARKS.md`; the gate-up shape's winner
