@@ -32,9 +32,10 @@ impl Gpu {
         Ok(Gpu { stream: ctx.default_stream(), arch: Arch::from_capability(major, minor), name: ctx.name()?, ctx })
     }
 
-    /// Loads a compiled kernel; its function is `c.name`. The cubin must be for this GPU's arch.
+    /// Loads a compiled kernel; its function is `c.name`. The cubin must be for this GPU's arch, or
+    /// its arch-specific target (sm_90a on an sm_90 device).
     pub fn load(&self, c: &Compiled) -> Result<CudaFunction> {
-        if c.arch != self.arch {
+        if !c.arch.runs_on(self.arch) {
             return Err(Error::WrongArch { name: c.name.clone(), compiled: c.arch, device: self.arch });
         }
         let module = self.ctx.load_module(Ptx::from_binary(c.cubin.clone()))?;
