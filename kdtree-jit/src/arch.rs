@@ -7,18 +7,46 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
-/// A compute capability as one number: `Arch(90)` is sm_90 (H100/H200), `Arch(120)` sm_120 (RTX 50xx/PRO 6000).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// A compile target: a compute capability as one number, `Arch(90)` is sm_90 (H100/H200), `Arch(120)`
+/// sm_120 (RTX 50xx/PRO 6000); with [`Arch::specific`] its arch-specific target (`sm_90a`: wgmma,
+/// setmaxnreg), whose cubins run on that capability only. A device's arch is never the specific one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Arch(pub u32);
 
 const KIB: usize = 1024;
 
+/// The bit of [`Arch::specific`] targets, far above any compute capability.
+const SPECIFIC: u32 = 1 << 16;
+
 impl Arch {
+    /// Hopper's arch-specific target: what `wgmma` needs.
+    pub const SM_90A: Arch = Arch(90).specific();
+
+    /// The arch-specific target of this capability (sm_90 -> sm_90a).
+    pub const fn specific(self) -> Arch {
+        Arch(self.0 | SPECIFIC)
+    }
+
+    pub const fn is_specific(self) -> bool {
+        self.0 & SPECIFIC != 0
+    }
+
+    /// The compute capability as one number, without the arch-specific mark (sm_90a -> 90).
+    pub const fn capability(self) -> u32 {
+        self.0 & !SPECIFIC
+    }
+
+    /// Whether a cubin for this target loads on a device of arch `device`: the same capability
+    /// (the loader checks no more than that either way).
+    pub fn runs_on(self, device: Arch) -> bool {
+        self.capability() == device.capability()
+    }
+
     /// The most dynamic shared memory one block may use after opting in
     /// (`cudaFuncAttributeMaxDynamicSharedMemorySize`), from the CUDA C Programming Guide's table of
     /// technical specifications per compute capability. Unknown archs get the 48 KiB every arch allows.
     pub fn smem_per_block_max(self) -> usize {
-        match self.0 {
+        match self.capability() {
             70 | 72 => 96 * KIB,
             75 => 64 * KIB,
             80 | 87 => 163 * KIB,
@@ -37,11 +65,13 @@ impl Arch {
 impl FromStr for Arch {
     type Err = Error;
 
-    /// Accepts `sm_90` or `90`.
+    /// Accepts `sm_90`, `90`, and the arch-specific `sm_90a`, `90a`.
     fn from_str(s: &str) -> Result<Arch> {
         let digits = s.strip_prefix("sm_").unwrap_or(s);
+        let (digits, specific) = digits.strip_suffix('a').map_or((digits, false), |d| (d, true));
         match digits.parse::<u32>() {
-            Ok(n) if n >= 10 => Ok(Arch(n)),
+            Ok(n) if (10..SPECIFIC).contains(&n) && specific => Ok(Arch(n).specific()),
+            Ok(n) if (10..SPECIFIC).contains(&n) => Ok(Arch(n)),
             _ => Err(Error::Arch(s.to_owned())),
         }
     }
@@ -49,7 +79,30 @@ impl FromStr for Arch {
 
 impl fmt::Display for Arch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "sm_{}", self.0)
+        write!(f, "sm_{}{}", self.capability(), if self.is_specific() { "a" } else { "" })
+    }
+}
+
+/// A plain arch is stored as its number, as it always was (tuning DBs hold `"arch": 90`); an
+/// arch-specific one by its name (`"sm_90a"`), so that the file says what it is.
+impl Serialize for Arch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        if self.is_specific() { s.serialize_str(&self.to_string()) } else { s.serialize_u32(self.0) }
+    }
+}
+
+impl<'de> Deserialize<'de> for Arch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Arch, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Stored {
+            Number(u32),
+            Name(String),
+        }
+        match Stored::deserialize(d)? {
+            Stored::Number(n) => Ok(Arch(n)),
+            Stored::Name(name) => name.parse().map_err(serde::de::Error::custom),
+        }
     }
 }
 
@@ -64,6 +117,23 @@ mod tests {
         assert_eq!(Arch(120).to_string(), "sm_120");
         assert!(matches!("sm_x".parse::<Arch>(), Err(Error::Arch(s)) if s == "sm_x"));
         assert!("9".parse::<Arch>().is_err());
+        assert!("sm_9a".parse::<Arch>().is_err() && "sm_a".parse::<Arch>().is_err());
+    }
+
+    #[test]
+    fn the_arch_specific_target_prints_parses_and_stores_as_sm_90a() {
+        let a: Arch = "sm_90a".parse().unwrap();
+        assert_eq!((a, "90a".parse::<Arch>().unwrap()), (Arch::SM_90A, Arch::SM_90A));
+        assert_eq!(a.to_string(), "sm_90a");
+        assert!(a.is_specific() && !Arch(90).is_specific());
+        assert_ne!(a, Arch(90));
+        assert_eq!((a.capability(), a.smem_per_block_max()), (90, Arch(90).smem_per_block_max()));
+        assert!(a.runs_on(Arch(90)) && !a.runs_on(Arch(120)) && Arch(90).runs_on(Arch(90)));
+        assert_eq!(serde_json::to_string(&a).unwrap(), "\"sm_90a\"");
+        assert_eq!(serde_json::to_string(&Arch(90)).unwrap(), "90");
+        for arch in [a, Arch(90), Arch(120)] {
+            assert_eq!(serde_json::from_str::<Arch>(&serde_json::to_string(&arch).unwrap()).unwrap(), arch);
+        }
     }
 
     #[test]

@@ -32,16 +32,18 @@ impl Gpu {
         Ok(Gpu { stream: ctx.default_stream(), arch: Arch::from_capability(major, minor), name: ctx.name()?, ctx })
     }
 
-    /// Loads a compiled kernel; its function is `c.name`. The cubin must be for this GPU's arch.
+    /// Loads a compiled kernel; its function is `c.name`. The cubin must be for this GPU's arch, or
+    /// its arch-specific target (sm_90a on an sm_90 device).
     pub fn load(&self, c: &Compiled) -> Result<CudaFunction> {
         let [f] = self.load_entries(c, [c.name.clone()])?;
         Ok(f)
     }
 
     /// Loads a compiled module once with several of its `extern "C"` entries (a template may define
-    /// more than its variant's function). The cubin must be for this GPU's arch.
+    /// more than its variant's function). The cubin must be for this GPU's arch, or its
+    /// arch-specific target.
     pub fn load_entries<const N: usize>(&self, c: &Compiled, names: [String; N]) -> Result<[CudaFunction; N]> {
-        if c.arch != self.arch {
+        if !c.arch.runs_on(self.arch) {
             return Err(Error::WrongArch { name: c.name.clone(), compiled: c.arch, device: self.arch });
         }
         let module = self.ctx.load_module(Ptx::from_binary(c.cubin.clone()))?;

@@ -20,7 +20,7 @@ use super::run::Tuner;
 use super::search::{self, Runner, SearchConfig};
 use super::session::{AtM, Session, Tuned, now_unix};
 use crate::w4a16::grouped::{
-    DeviceRows, GroupedBuffers, GroupedKernel, GroupedShape, W4a16Grouped, align, repack_experts, tile_bound,
+    DeviceRows, Epilogue, GroupedBuffers, GroupedKernel, GroupedShape, W4a16Grouped, align, repack_experts, tile_bound,
 };
 use crate::{Arch, Cache, Gpu, Variant};
 
@@ -168,7 +168,9 @@ impl Runner for MoeRunner<'_> {
             tile_count: count.as_view(),
             y: b.gate_up.as_view_mut(),
         };
-        kernel.launch(self.gpu, up_shape, up)?;
+        // The plain store, which the gate checks against its reference; the engine's SiLU epilogue
+        // differs only in its last stores (half as many).
+        kernel.launch(self.gpu, Epilogue::Store, up_shape, up)?;
         let down_shape =
             GroupedShape { experts, n: shape.down.n as usize, k: shape.down.k as usize, x_rows: rows, y_rows: rows };
         let down = GroupedBuffers {
@@ -180,7 +182,7 @@ impl Runner for MoeRunner<'_> {
             tile_count: count.as_view(),
             y: b.down.as_view_mut(),
         };
-        Ok(kernel.launch(self.gpu, down_shape, down)?)
+        Ok(kernel.launch(self.gpu, Epilogue::Store, down_shape, down)?)
     }
 
     fn flush(&mut self) -> Result<()> {

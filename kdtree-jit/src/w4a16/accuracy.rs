@@ -80,8 +80,14 @@ pub fn bits_error(dtype: Dtype, y: &[u16], reference: &[f32], scale: f32) -> f64
 /// So 2 eps for f32 accumulation (measured worst on the H200: bf16 4.4e-3 = 0.56 eps,
 /// f16 4.6e-4 = 0.47 eps) and 8 eps for f16.
 pub fn tolerance(v: &W4a16) -> f64 {
-    let eps = v.dtype.epsilon() as f64;
-    match v.acc {
+    tolerance_for(v.dtype, v.acc)
+}
+
+/// [`tolerance`] of a variant of any space that rounds as `mma` does (q * s to the dtype, sums in
+/// `acc`): by its dtype and accumulation.
+pub fn tolerance_for(dtype: Dtype, acc: Acc) -> f64 {
+    let eps = dtype.epsilon() as f64;
+    match acc {
         Acc::F32 => 2.0 * eps,
         Acc::F16 => 8.0 * eps,
     }

@@ -75,6 +75,30 @@ pub fn supports(v: &W4a16, m: usize, n: usize, k: usize) -> bool {
     unsupported(v, m, n, k).is_none()
 }
 
+/// `Ok` when `function`'s name (which the templates make the variant's) is `variant`'s:
+/// [`Error::WrongKernel`] otherwise.
+pub(crate) fn check_name(variant: String, function: &CudaFunction) -> Result<()> {
+    match sys::function_name(function)? {
+        Some(name) if name == variant => Ok(()),
+        Some(name) => Err(Error::WrongKernel { variant, function: name }),
+        None => Err(Error::Unsupported {
+            variant,
+            reason: "the CUDA driver is older than 12.3 and cannot name a loaded function, so it cannot be \
+                     checked to be this variant's"
+                .into(),
+        }),
+    }
+}
+
+/// Lets `f` launch with `smem` bytes of dynamic shared memory (and `static_smem` of its own),
+/// opting in where the total is above what every launch may use.
+pub(crate) fn allow_shared(f: &CudaFunction, smem: usize, static_smem: usize) -> Result<()> {
+    if smem + static_smem > DEFAULT_SMEM {
+        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+    }
+    Ok(())
+}
+
 /// A W4A16 variant bound to its loaded function: the only way to launch one, so that no function
 /// runs with an argument list that is not its own.
 #[derive(Clone, Debug)]
@@ -87,16 +111,8 @@ impl W4a16Kernel {
     /// Binds `function` to `variant`: [`Error::WrongKernel`] unless the function's name (which the
     /// templates make the variant's) is the variant's.
     pub fn new(variant: W4a16, function: CudaFunction) -> Result<W4a16Kernel> {
-        match sys::function_name(&function)? {
-            Some(name) if name == variant.name() => Ok(W4a16Kernel { variant, function }),
-            Some(name) => Err(Error::WrongKernel { variant: variant.name(), function: name }),
-            None => Err(Error::Unsupported {
-                variant: variant.name(),
-                reason: "the CUDA driver is older than 12.3 and cannot name a loaded function, so it cannot be \
-                         checked to be this variant's"
-                    .into(),
-            }),
-        }
+        check_name(variant.name(), &function)?;
+        Ok(W4a16Kernel { variant, function })
     }
 
     /// Loads `compiled` (the cubin of `variant`) on `gpu` and binds it.
@@ -127,9 +143,7 @@ impl W4a16Kernel {
             return Err(fail(format!("{name} holds {have} elements, {need} needed")));
         }
         let smem = shared_bytes(v);
-        if smem + STATIC_SMEM > DEFAULT_SMEM {
-            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
-        }
+        allow_shared(f, smem, STATIC_SMEM)?;
         let (gx, gy, gz) = grid(v, m, n);
         let cfg = LaunchConfig {
             grid_dim: (gx as u32, gy as u32, gz as u32),

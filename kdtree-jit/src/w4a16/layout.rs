@@ -16,7 +16,7 @@
 
 use rayon::prelude::*;
 
-use kdtree_quant::{QuantizedWeight, Scales, int4};
+use kdtree_quant::{Dtype, QuantizedWeight, Scales, int4};
 
 use crate::w4a16::W4a16;
 use crate::w4a16::rules::{TILE_K, TILE_N};
@@ -57,18 +57,24 @@ pub fn lengths(n: usize, k: usize, g: usize) -> (usize, usize) {
     (padded(n) * k / 8, k / g * padded(n))
 }
 
-fn mismatch(v: &W4a16, reason: String) -> Error {
-    Error::Unsupported { variant: v.name(), reason }
+fn mismatch(variant: &str, reason: String) -> Error {
+    Error::Unsupported { variant: variant.into(), reason }
 }
 
 /// Repacks `w` into the layout `v` reads. The weight's group size must be the variant's and its
 /// scales must be in the variant's dtype (the kernels read scales as activation-dtype values).
 pub fn repack(v: &W4a16, w: &QuantizedWeight) -> Result<DeviceWeights> {
-    if w.group_size != v.group_size as usize {
-        return Err(mismatch(v, format!("weight has group size {}, variant {}", w.group_size, v.group_size)));
+    repack_as(&v.name(), v.group_size, v.dtype, w)
+}
+
+/// [`repack`] for a variant of any space that reads this layout: its name (for errors), group size
+/// and dtype.
+pub(crate) fn repack_as(variant: &str, group_size: u32, dtype: Dtype, w: &QuantizedWeight) -> Result<DeviceWeights> {
+    if w.group_size != group_size as usize {
+        return Err(mismatch(variant, format!("weight has group size {}, variant {group_size}", w.group_size)));
     }
-    if w.scales.dtype != v.dtype {
-        return Err(mismatch(v, format!("weight has {} scales, variant reads {}", w.scales.dtype, v.dtype)));
+    if w.scales.dtype != dtype {
+        return Err(mismatch(variant, format!("weight has {} scales, variant reads {dtype}", w.scales.dtype)));
     }
     let (n, k, g) = (w.n, w.k, w.group_size);
     let words_per_row = k / int4::PER_WORD;
@@ -104,12 +110,24 @@ pub fn repack(v: &W4a16, w: &QuantizedWeight) -> Result<DeviceWeights> {
 
 /// The inverse of [`repack`]: the [n, k] weight that `d` holds (padding dropped).
 pub fn unpack(v: &W4a16, d: &DeviceWeights, n: usize, k: usize) -> Result<QuantizedWeight> {
-    let g = v.group_size as usize;
+    unpack_as(&v.name(), v.group_size, v.dtype, d, n, k)
+}
+
+/// The inverse of [`repack_as`].
+pub(crate) fn unpack_as(
+    variant: &str,
+    group_size: u32,
+    dtype: Dtype,
+    d: &DeviceWeights,
+    n: usize,
+    k: usize,
+) -> Result<QuantizedWeight> {
+    let g = group_size as usize;
     kdtree_quant::check_group("w4a16 layout", k, g)?;
     let (packed_len, scales_len) = lengths(n, k, g);
     if d.packed.len() != packed_len || d.scales.len() != scales_len {
         return Err(mismatch(
-            v,
+            variant,
             format!(
                 "buffers hold {} words and {} scales, an {n} x {k} weight needs {packed_len} and {scales_len}",
                 d.packed.len(),
@@ -141,7 +159,7 @@ pub fn unpack(v: &W4a16, d: &DeviceWeights, n: usize, k: usize) -> Result<Quanti
             }
         }
     }
-    Ok(QuantizedWeight::from_q(&q, n, k, g, Scales { dtype: v.dtype, bits })?)
+    Ok(QuantizedWeight::from_q(&q, n, k, g, Scales { dtype, bits })?)
 }
 
 #[cfg(test)]

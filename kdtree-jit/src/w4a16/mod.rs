@@ -8,6 +8,7 @@
 //! | the weight layout all three algorithms read, and its CPU repack | [`layout`] |
 //! | a variant bound to its loaded function; grid, block, shared memory, split-K workspace | [`W4a16Kernel`] in [`launch`] |
 //! | random problems and the tolerance against the CPU reference | [`accuracy`] |
+//! | the Hopper `wgmma` family (sm_90a), its own space, layout and launch | [`wgmma`] |
 //!
 //! Three algorithms render from `templates/w4a16_{algo}.cu.tera`:
 //! - [`Algo::Mma`]: tensor-core tiles (`mma.sync` m16n8k16, `ldmatrix`, a `cp.async` pipeline), for
@@ -48,6 +49,7 @@ pub mod launch;
 pub mod layout;
 pub mod rules;
 pub mod space;
+pub mod wgmma;
 
 use serde::{Deserialize, Serialize};
 

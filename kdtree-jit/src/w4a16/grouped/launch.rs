@@ -2,7 +2,6 @@
 //! checked by name when it is made), so no safe call can launch a function with another kernel's
 //! arguments.
 
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
 use kdtree_quant::QuantizedWeight;
@@ -11,12 +10,10 @@ use kdtree_quant::QuantizedWeight;
 use crate::w4a16::grouped::interleave_gate_up;
 use crate::w4a16::grouped::rules::{STATIC_SMEM, dynamic_smem};
 use crate::w4a16::grouped::{Alignment, W4a16Grouped, XRows, repack_experts, tile_bound};
+use crate::w4a16::launch::allow_shared;
 use crate::w4a16::layout::lengths;
 use crate::w4a16::rules::TILE_N;
 use crate::{Cache, Compiled, Error, Gpu, Result, Variant, compile_variant};
-
-/// The most shared memory, static and dynamic together, a launch may use without opting in.
-const DEFAULT_SMEM: usize = 48 * 1024;
 
 /// Which X row each row of Y reads, on the device (see [`XRows`]).
 pub enum DeviceRows<'a> {
@@ -162,10 +159,7 @@ impl GroupedKernel {
             Epilogue::Silu => &self.silu,
         };
         let smem = dynamic_smem(v);
-        if smem + STATIC_SMEM > DEFAULT_SMEM {
-            let f = function;
-            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
-        }
+        allow_shared(function, smem, STATIC_SMEM)?;
         let cfg = LaunchConfig {
             grid_dim: (n.div_ceil(TILE_N as usize) as u32, bound as u32, 1),
             block_dim: (v.warps * 32, 1, 1),
