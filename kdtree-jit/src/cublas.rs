@@ -13,6 +13,7 @@ use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr};
 use kdtree_quant::Dtype;
 
+use crate::w4a16::launch::short_buffer;
 use crate::{Error, Result};
 
 /// Whether libcublas can be loaded: probe before any cuBLAS call, which panics when it cannot.
@@ -97,8 +98,8 @@ pub fn gemm<T: DeviceRepr, U: DeviceRepr>(
         )));
     }
     let needs = [("x", x.len(), m * k), ("w", w.len(), n * k), ("y", y.len(), m * n)];
-    if let Some((name, have, need)) = needs.iter().find(|(_, have, need)| have < need) {
-        return Err(fail(format!("{name} holds {have} elements, {need} needed")));
+    if let Some(reason) = short_buffer(&needs) {
+        return Err(fail(reason));
     }
     let int = |v: usize| i32::try_from(v).map_err(|_| fail(format!("dimension {v} is over i32")));
     let (mi, ni, ki) = (int(m)?, int(n)?, int(k)?);

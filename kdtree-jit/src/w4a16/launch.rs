@@ -92,6 +92,13 @@ pub(crate) fn check_name(variant: String, function: &CudaFunction) -> Result<()>
 
 /// Lets `f` launch with `smem` bytes of dynamic shared memory (and `static_smem` of its own),
 /// opting in where the total is above what every launch may use.
+/// The first buffer of `needs` (name, elements held, elements needed) that holds too few, said as an
+/// error's reason.
+pub(crate) fn short_buffer(needs: &[(&str, usize, usize)]) -> Option<String> {
+    let (name, have, need) = needs.iter().find(|(_, have, need)| have < need)?;
+    Some(format!("{name} holds {have} elements, {need} needed"))
+}
+
 pub(crate) fn allow_shared(f: &CudaFunction, smem: usize, static_smem: usize) -> Result<()> {
     if smem + static_smem > DEFAULT_SMEM {
         f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
@@ -139,8 +146,8 @@ impl W4a16Kernel {
             ("y", b.y.len(), m * n),
             ("workspace", b.workspace.len(), workspace_len(v, m, n)),
         ];
-        if let Some((name, have, need)) = needs.iter().find(|(_, have, need)| have < need) {
-            return Err(fail(format!("{name} holds {have} elements, {need} needed")));
+        if let Some(reason) = short_buffer(&needs) {
+            return Err(fail(reason));
         }
         let smem = shared_bytes(v);
         allow_shared(f, smem, STATIC_SMEM)?;
@@ -185,6 +192,15 @@ impl W4a16Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_short_buffer_is_named() {
+        assert_eq!(
+            short_buffer(&[("x", 4, 4), ("y", 2, 3), ("z", 0, 9)]).as_deref(),
+            Some("y holds 2 elements, 3 needed")
+        );
+        assert_eq!(short_buffer(&[("x", 5, 4)]), None);
+    }
 
     #[test]
     fn workspace_holds_partials_and_one_counter_per_tile() {

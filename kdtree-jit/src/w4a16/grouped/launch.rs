@@ -10,7 +10,7 @@ use kdtree_quant::QuantizedWeight;
 use crate::w4a16::grouped::interleave_gate_up;
 use crate::w4a16::grouped::rules::{STATIC_SMEM, dynamic_smem};
 use crate::w4a16::grouped::{Alignment, W4a16Grouped, XRows, repack_experts, tile_bound};
-use crate::w4a16::launch::allow_shared;
+use crate::w4a16::launch::{allow_shared, short_buffer};
 use crate::w4a16::layout::lengths;
 use crate::w4a16::rules::TILE_N;
 use crate::{Cache, Compiled, Error, Gpu, Result, Variant, compile_variant};
@@ -151,8 +151,8 @@ impl GroupedKernel {
             // Not read with row_div 0; any device buffer serves as the pointer.
             DeviceRows::Identity => (&b.tiles, 0),
         };
-        if let Some((name, have, need)) = needs.iter().find(|(_, have, need)| have < need) {
-            return Err(fail(format!("{name} holds {have} elements, {need} needed")));
+        if let Some(reason) = short_buffer(&needs) {
+            return Err(fail(reason));
         }
         let function = match epilogue {
             Epilogue::Store => &self.function,

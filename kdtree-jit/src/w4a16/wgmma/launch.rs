@@ -5,7 +5,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfi
 
 use kdtree_quant::QuantizedWeight;
 
-use crate::w4a16::launch::{allow_shared, check_name};
+use crate::w4a16::launch::{allow_shared, check_name, short_buffer};
 use crate::w4a16::wgmma::rules::{WARPGROUP_N, shared_bytes};
 use crate::w4a16::wgmma::{W4a16Wgmma, lengths, repack};
 use crate::{Cache, Compiled, Error, Gpu, Result, Variant, compile_variant};
@@ -90,8 +90,8 @@ impl WgmmaKernel {
             ("scales", b.scales.len(), scales_len),
             ("y", b.y.len(), m * n),
         ];
-        if let Some((name, have, need)) = needs.iter().find(|(_, have, need)| have < need) {
-            return Err(fail(format!("{name} holds {have} elements, {need} needed")));
+        if let Some(reason) = short_buffer(&needs) {
+            return Err(fail(reason));
         }
         let smem = shared_bytes(v);
         // The template declares no static shared memory.
