@@ -25,7 +25,7 @@ use super::ops;
 use super::tensor::{CudaBatch, CudaTensor, HostBatch};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::registry::{Backend, KvStore};
+use crate::registry::{KvStore, eager_forward_argmax};
 
 /// The most tokens a recorded forward has: tree verification's sizes. Larger forwards (prompts) run
 /// eagerly.
@@ -61,8 +61,8 @@ struct Recorded {
     count: CudaSlice<u32>,
 }
 
-/// [`Backend::forward_argmax`] through a graph of `cache`'s for this size: replayed when recorded,
-/// recorded when the size was seen before, else run eagerly.
+/// [`crate::registry::Backend::forward_argmax`] through a graph of `cache`'s for this size: replayed
+/// when recorded, recorded when the size was seen before, else run eagerly.
 pub(super) fn forward_argmax<F>(
     b: &CudaBackend,
     cache: &mut CudaKv,
@@ -75,19 +75,18 @@ where
     F: FnOnce(&mut CudaKv, &CudaBatch) -> Result<CudaTensor>,
 {
     let n = tokens.len();
-    let inputs = HostBatch::new(tokens, positions, mask, cache.len())?;
     // Room first: growing the cache moves its buffers, which drops the graphs that read them.
     cache.reserve(cache.len() + n)?;
+    let first = cache.graphs.seen.insert(n);
+    let recorded = cache.graphs.recorded.contains_key(&n);
+    if !recorded && (first || n > MAX_GRAPH_TOKENS || cache.graphs.recorded.len() >= MAX_GRAPHS) {
+        return eager_forward_argmax(b, cache, tokens, positions, mask, forward);
+    }
+    let inputs = HostBatch::new(tokens, positions, mask, cache.len())?;
     let s = b.stream();
     if let Some(r) = cache.graphs.recorded.get_mut(&n) {
         inputs.write(s, &mut r.batch)?;
         return replay(b, r);
-    }
-    let first = cache.graphs.seen.insert(n);
-    if first || n > MAX_GRAPH_TOKENS || cache.graphs.recorded.len() >= MAX_GRAPHS {
-        let batch = inputs.upload(s)?;
-        let logits = forward(cache, &batch)?;
-        return b.argmax_checked(&logits);
     }
     let r = record(b, cache, inputs.upload(s)?, forward)?;
     let out = replay(b, &r);

@@ -52,7 +52,7 @@ pub use tensor::{CudaBatch, CudaTensor};
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvStore, RopeSpan};
+use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvStore, RopeSpan, eager_forward_argmax};
 
 /// What the CUDA backend is opened with.
 #[derive(Clone, Debug, PartialEq)]
@@ -468,10 +468,9 @@ impl Backend for CudaBackend {
         F: FnOnce(&mut CudaKv, &CudaBatch) -> Result<CudaTensor>,
     {
         if self.graphs_now() {
-            return graph::forward_argmax(self, cache, tokens, positions, mask, forward);
+            graph::forward_argmax(self, cache, tokens, positions, mask, forward)
+        } else {
+            eager_forward_argmax(self, cache, tokens, positions, mask, forward)
         }
-        let batch = self.batch(tokens, positions, mask, cache.len())?;
-        let logits = forward(cache, &batch)?;
-        self.argmax_checked(&logits)
     }
 }

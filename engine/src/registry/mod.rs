@@ -195,10 +195,25 @@ pub trait Backend: Send + Sync + Sized {
     where
         F: FnOnce(&mut Self::Cache, &Self::Batch) -> Result<Self::Tensor>,
     {
-        let batch = self.batch(tokens, positions, mask, cache.len())?;
-        let logits = forward(cache, &batch)?;
-        self.argmax_checked(&logits)
+        eager_forward_argmax(self, cache, tokens, positions, mask, forward)
     }
+}
+
+/// [`Backend::forward_argmax`] run op by op: the batch uploaded, the forward run, its argmax read.
+pub fn eager_forward_argmax<B: Backend, F>(
+    b: &B,
+    cache: &mut B::Cache,
+    tokens: &[u32],
+    positions: &[usize],
+    mask: &TreeMask,
+    forward: F,
+) -> Result<(Vec<u32>, usize)>
+where
+    F: FnOnce(&mut B::Cache, &B::Batch) -> Result<B::Tensor>,
+{
+    let batch = b.batch(tokens, positions, mask, cache.len())?;
+    let logits = forward(cache, &batch)?;
+    b.argmax_checked(&logits)
 }
 
 /// The rotary tables of a model on its backend.
