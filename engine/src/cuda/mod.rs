@@ -65,7 +65,7 @@ pub struct CudaOptions {
     /// How routed INT4 experts run.
     pub moe: MoeKernels,
     /// Record each forward size of up to [`MAX_GRAPH_TOKENS`] tokens as a CUDA graph the second
-    /// time it runs, and replay it after that ([`graph`]).
+    /// time it runs, and replay it after that.
     pub graphs: bool,
 }
 
