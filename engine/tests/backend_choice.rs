@@ -11,6 +11,7 @@ use kdtree_jit::tune::db::{Entry, TuningDb};
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::tune::key::{ProblemKey, Shape};
 use kdtree_jit::tune::peers::Peers;
+use kdtree_jit::w4a16::dense::DenseVariant;
 use kdtree_jit::w4a16::{Algo, W4a16, supports};
 use kdtree_jit::{Arch, Target, Variant};
 use kdtree_quant::Dtype;
@@ -63,12 +64,12 @@ fn env() -> Environment {
 }
 
 /// The default variant with some axes changed: a variant named through the generated type.
-fn variant(algo: Algo, bm: u32, split_k: u32) -> W4a16 {
+fn variant(algo: Algo, bm: u32, split_k: u32) -> DenseVariant {
     let stages = if algo == Algo::Gemv { 1 } else { 4 };
-    W4a16 { algo, bm, split_k, stages, ..default_variant(&SHAPE) }
+    DenseVariant::Tiles(W4a16 { algo, bm, split_k, stages, ..default_variant(&SHAPE) })
 }
 
-fn entry(bucket: u32, v: &W4a16, env: &Environment) -> Entry {
+fn entry(bucket: u32, v: &DenseVariant, env: &Environment) -> Entry {
     let timing = Timing { median_us: 10.0, p10_us: 9.0, p90_us: 11.0, reps: 100 };
     Entry {
         key: ProblemKey::w4a16(bucket, Shape { n: SHAPE.n as u32, k: SHAPE.k as u32 }, 32, Dtype::Bf16, ARCH),
@@ -111,13 +112,13 @@ fn a_stale_or_missing_entry_falls_back_to_the_default_with_the_reason() {
     newer_driver.driver = 13010;
     let stale = db(vec![entry(16, &variant(Algo::Mma, 32, 4), &env())]);
     let p = plan(&stale, &newer_driver, ARCH, &SHAPE, Mode::Exact { m: 16 });
-    assert_eq!(p.general.variant, default_variant(&SHAPE));
+    assert_eq!(p.general.variant, DenseVariant::Tiles(default_variant(&SHAPE)));
     let Source::Default { reason } = &p.general.source else { panic!("{:?}", p.general.source) };
     assert!(reason.contains("stale") && reason.contains("driver was 13000, is 13010"), "{reason}");
 
     let other_shape = WeightShape { n: 7168, ..SHAPE };
     let p = plan(&stale, &env(), ARCH, &other_shape, Mode::Exact { m: 16 });
-    assert_eq!(p.general.variant, default_variant(&other_shape));
+    assert_eq!(p.general.variant, DenseVariant::Tiles(default_variant(&other_shape)));
     assert_eq!(p.general.source, Source::Default { reason: "not in the tuning DB".into() });
 
     // Fast mode's variant beyond the buckets must serve every M in one launch: not a gemv.
@@ -138,7 +139,24 @@ fn fast_mode_runs_each_buckets_pick_and_the_largest_buckets_beyond() {
     assert_eq!(*p.variant_for(1000), mma128, "beyond the buckets: the largest bucket's pick");
     assert!(p.variants().contains(&gemv) && p.variants().len() == 3);
     // Bucket 2 has no entry; gemv m1 cannot run 2 rows, so its nearest usable pick is mma.
-    assert_eq!(p.variant_for(2).algo, Algo::Mma);
+    assert!(matches!(p.variant_for(2), DenseVariant::Tiles(v) if v.algo == Algo::Mma), "{:?}", p.variant_for(2));
+}
+
+#[test]
+fn a_wgmma_pick_serves_every_m_on_sm_90_and_is_passed_over_elsewhere() {
+    let wgmma = DenseVariant::from_name("w4a16_wgmma_bf16_g32_m64n128k128_s4_sk2_f32acc").expect("a wgmma variant");
+    let (e, gemv) = (env(), variant(Algo::Gemv, 1, 4));
+    let db = db(vec![entry(1, &gemv, &e), entry(64, &wgmma, &e)]);
+    // Exact mode at M = 64 runs it for every M (it has no row limit), from its sm_90a cubin.
+    let p = plan(&db, &e, ARCH, &SHAPE, Mode::Exact { m: 64 });
+    assert_eq!((p.general.variant, p.general.source.clone()), (wgmma, Source::Tuned { bucket: 64, nearest: false }));
+    assert_eq!(wgmma.compile_arch(ARCH), Arch::SM_90A);
+    // Fast mode mixes the families across M: the weight is then uploaded in both layouts.
+    let fast = plan(&db, &e, ARCH, &SHAPE, Mode::Fast);
+    assert_eq!((*fast.variant_for(1), *fast.variant_for(64)), (gemv, wgmma));
+    // An sm_120 device has no wgmma: the entry is not usable there, and the nearest usable one is.
+    let p = plan(&db, &e, Arch(120), &SHAPE, Mode::Exact { m: 64 });
+    assert_ne!(p.general.variant, wgmma);
 }
 
 #[test]

@@ -107,10 +107,21 @@ pub fn compile_all<V: Variant>(
     cache: Option<&Cache>,
     progress: impl Fn(usize) + Sync,
 ) -> Vec<(V, Result<Compiled>)> {
+    compile_all_for(vs, |_| arch, cache, progress)
+}
+
+/// [`compile_all`] with each variant's own target: families of one device that need different ones
+/// (wgmma's sm_90a beside the tiles' sm_90, [`crate::w4a16::dense::DenseVariant::compile_arch`]).
+pub fn compile_all_for<V: Variant>(
+    vs: &[V],
+    arch_of: impl Fn(&V) -> Arch + Sync,
+    cache: Option<&Cache>,
+    progress: impl Fn(usize) + Sync,
+) -> Vec<(V, Result<Compiled>)> {
     let done = AtomicUsize::new(0);
     vs.par_iter()
         .map(|v| {
-            let compiled = compile_variant(v, arch, cache);
+            let compiled = compile_variant(v, arch_of(v), cache);
             progress(done.fetch_add(1, Ordering::Relaxed) + 1);
             (v.clone(), compiled)
         })

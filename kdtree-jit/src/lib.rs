@@ -6,7 +6,7 @@
 //! | which variants fit a GPU | [`Target`], [`Arch`], [`Invalid`] |
 //! | CUDA source of a variant (tera over the embedded `templates/`) | [`render()`], [`templates_hash`] |
 //! | finding NVRTC and the driver without cudarc's panic | [`probe`] |
-//! | NVRTC to CUBIN, ptxas statistics, many at once | [`compile_variant`], [`compile_all`], [`KernelStats`] |
+//! | NVRTC to CUBIN, ptxas statistics, many at once | [`compile_variant`], [`compile_all`], [`compile_all_for`], [`KernelStats`] |
 //! | the cubin cache on disk | [`Cache`] |
 //! | loading a cubin on the GPU | [`Gpu`] |
 //! | the W4A16 GEMM space, layout and launch | [`w4a16`] |
@@ -66,7 +66,7 @@ pub mod w4a16;
 
 pub use arch::Arch;
 pub use cache::Cache;
-pub use compile::{Compiled, KernelStats, compile_all, compile_source, compile_variant};
+pub use compile::{Compiled, KernelStats, compile_all, compile_all_for, compile_source, compile_variant};
 pub use error::{Error, Result};
 pub use kdtree_macros::variant_space;
 pub use probe::nvrtc_version;

@@ -15,8 +15,8 @@ use kdtree_jit::tune::prune::{Scope, prune};
 use kdtree_jit::tune::run::{self, Progress, TuneOutcome, TuneRequest, Tuner};
 use kdtree_jit::tune::search::{Rejection, SearchConfig};
 use kdtree_jit::tune::session::{AtM, Tuned};
-use kdtree_jit::w4a16::W4a16;
-use kdtree_jit::{Arch, Cache, Target, Variant};
+use kdtree_jit::w4a16::dense::DenseVariant;
+use kdtree_jit::{Arch, Cache, Variant};
 use kdtree_quant::Dtype;
 
 const UP: Shape = Shape { n: 4096, k: 7168 };
@@ -50,7 +50,7 @@ impl FakeDevice {
 }
 
 impl Tuner for FakeDevice {
-    type Variant = W4a16;
+    type Variant = DenseVariant;
     type Kernel = ();
 
     fn env(&self) -> &Environment {
@@ -67,7 +67,7 @@ impl Tuner for FakeDevice {
 
     fn compile(
         &self,
-        variants: &[W4a16],
+        variants: &[DenseVariant],
         db: &mut TuningDb,
         _: Option<&Cache>,
         _: bool,
@@ -100,7 +100,8 @@ impl Tuner for FakeDevice {
             if !proceed() {
                 break;
             }
-            let candidates: Vec<&W4a16> = candidates.iter().filter(|v| kernels.contains_key(&v.name())).collect();
+            let candidates: Vec<&DenseVariant> =
+                candidates.iter().filter(|v| kernels.contains_key(&v.name())).collect();
             candidates.iter().for_each(|_| progress());
             if let Some((at, deadline)) = self.overrun
                 && at == (shape, *m)
@@ -117,7 +118,7 @@ impl Tuner for FakeDevice {
     }
 }
 
-fn entry(key: &ProblemKey, env: &Environment, winner: &W4a16) -> Entry {
+fn entry(key: &ProblemKey, env: &Environment, winner: &DenseVariant) -> Entry {
     let t = |us| Timing { median_us: us, p10_us: us, p90_us: us, reps: 100 };
     Entry {
         key: key.clone(),
@@ -156,7 +157,7 @@ fn tune(device: &mut FakeDevice, db: &mut TuningDb, path: &Path, request: &TuneR
 
 /// A variant that the plan of [`request`] holds for every one of its problems.
 fn everywhere() -> String {
-    let valid = W4a16::valid(&Target { arch: Arch(90) });
+    let valid = DenseVariant::valid_on(Arch(90));
     let kept =
         |&(shape, m): &(Shape, u32)| prune(&valid, &Scope { m, shape, group_size: 32, dtype: Dtype::Bf16, sms: 132 });
     let problems = request(None).problems;
@@ -172,7 +173,7 @@ fn a_run_tunes_every_problem_saves_the_db_and_reports_failures_refusals_and_stal
     let mut db = TuningDb::default();
     let mut elsewhere = h200();
     elsewhere.device = "NVIDIA H100".into();
-    db.insert(entry(&ProblemKey::w4a16(4, UP, 32, Dtype::Bf16, Arch(90)), &elsewhere, &W4a16::all()[0]));
+    db.insert(entry(&ProblemKey::w4a16(4, UP, 32, Dtype::Bf16, Arch(90)), &elsewhere, &DenseVariant::all()[0]));
     let mut device = FakeDevice::new(&everywhere());
     device.no_winner = Some((DOWN, 2));
 

@@ -1,5 +1,6 @@
 //! Linear weights on the GPU: dense ones in bf16/f16 for cuBLAS, INT4 ones repacked for the W4A16
-//! kernel variant their shape's plan names (tuning DB or default), uploaded once at load.
+//! kernel variants their shape's plan names (tuning DB or default), uploaded once at load in each
+//! layout those variants read.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,7 +8,8 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaSlice};
 use half::bf16;
 use kdtree_jit::cublas::{self, GemmType};
-use kdtree_jit::w4a16::{self, GemmBuffers, W4a16, W4a16Kernel};
+use kdtree_jit::w4a16::GemmBuffers;
+use kdtree_jit::w4a16::dense::{DenseKernel, DenseVariant, Layout};
 use kdtree_quant::{Dtype, QuantizedWeight};
 
 use super::CudaBackend;
@@ -24,19 +26,19 @@ pub struct ShapeKernels {
     pub plan: Plan,
     /// Each variant bound to its loaded function, or why the function was not the variant's: an
     /// error at the variant's first use, since building this cannot fail.
-    kernels: HashMap<W4a16, std::result::Result<W4a16Kernel, String>>,
+    kernels: HashMap<DenseVariant, std::result::Result<DenseKernel, String>>,
 }
 
 impl ShapeKernels {
-    /// Binds each loaded function to its variant ([`W4a16Kernel::new`] checks it is the variant's).
-    pub(super) fn new(shape: WeightShape, plan: Plan, functions: HashMap<W4a16, CudaFunction>) -> Self {
+    /// Binds each loaded function to its variant ([`DenseKernel::new`] checks it is the variant's).
+    pub(super) fn new(shape: WeightShape, plan: Plan, functions: HashMap<DenseVariant, CudaFunction>) -> Self {
         let kernels =
-            functions.into_iter().map(|(v, f)| (v, W4a16Kernel::new(v, f).map_err(|e| e.to_string()))).collect();
+            functions.into_iter().map(|(v, f)| (v, DenseKernel::new(v, f).map_err(|e| e.to_string()))).collect();
         Self { shape, plan, kernels }
     }
 
     /// The kernel of the variant for `m` rows.
-    fn for_rows(&self, m: usize) -> Result<&W4a16Kernel> {
+    fn for_rows(&self, m: usize) -> Result<&DenseKernel> {
         let v = self.plan.variant_for(m);
         match self.kernels.get(v) {
             Some(Ok(kernel)) => Ok(kernel),
@@ -53,8 +55,8 @@ impl ShapeKernels {
 pub enum CudaLinear {
     /// bf16 or f16 bits `[n, k]` (an f32 checkpoint weight is rounded to bf16 when uploaded).
     Dense { n: usize, k: usize, dtype: Dtype, w: CudaSlice<u16> },
-    /// INT4 in the layout of its shape's kernels.
-    Int4 { n: usize, k: usize, packed: CudaSlice<u32>, scales: CudaSlice<u16>, kernels: Arc<ShapeKernels> },
+    /// INT4 in each layout of its shape's kernels: (layout, packed, scales).
+    Int4 { n: usize, k: usize, layouts: Vec<(Layout, CudaSlice<u32>, CudaSlice<u16>)>, kernels: Arc<ShapeKernels> },
 }
 
 impl CudaLinear {
@@ -91,11 +93,17 @@ impl CudaLinear {
         Ok(CudaLinear::Dense { n: w.n, k: w.k, dtype, w: w16 })
     }
 
-    /// Repacks `w` into the kernels' layout (every W4A16 variant reads the same one) and uploads it.
+    /// Repacks `w` into each layout of the kernels' plan (one, unless fast mode mixes the tiles and
+    /// wgmma across M) and uploads it.
     pub(super) fn int4(b: &CudaBackend, w: &QuantizedWeight, kernels: Arc<ShapeKernels>) -> Result<CudaLinear> {
-        let d = w4a16::repack(&kernels.plan.general.variant, w)?;
-        let (packed, scales) = (b.stream().clone_htod(&d.packed)?, b.stream().clone_htod(&d.scales)?);
-        Ok(CudaLinear::Int4 { n: w.n, k: w.k, packed, scales, kernels })
+        let mut layouts: Vec<(Layout, CudaSlice<u32>, CudaSlice<u16>)> = Vec::new();
+        for v in kernels.plan.variants() {
+            if layouts.iter().all(|(l, ..)| *l != v.layout()) {
+                let d = v.repack(w)?;
+                layouts.push((v.layout(), b.stream().clone_htod(&d.packed)?, b.stream().clone_htod(&d.scales)?));
+            }
+        }
+        Ok(CudaLinear::Int4 { n: w.n, k: w.k, layouts, kernels })
     }
 }
 
@@ -132,19 +140,25 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, w: &CudaLinear) -> Result
 
 /// The W4A16 product of `m` half rows `x` into half rows, by the plan's variant for `m`.
 pub(super) fn int4_half(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaLinear) -> Result<CudaSlice<u16>> {
-    let CudaLinear::Int4 { n, k, packed, scales, kernels } = w else {
+    let CudaLinear::Int4 { n, k, layouts, kernels } = w else {
         return Err(EngineError::InvalidArgument("int4_half: a dense weight".into()));
     };
     let kernel = kernels.for_rows(m)?;
     let v = kernel.variant();
+    let (_, packed, scales) = layouts.iter().find(|(l, ..)| *l == v.layout()).ok_or_else(|| {
+        EngineError::InvalidArgument(format!(
+            "the weight was not uploaded in {}'s layout",
+            kdtree_jit::Variant::name(&v)
+        ))
+    })?;
     let s = b.stream();
     let mut y = b.output::<u16>(m * n)?;
     // A row-limited variant (stream, gemv) runs blocks of its `bm` rows, one launch each: rows are
     // independent in every variant, so each row's bits are those of any other split.
-    let block = if v.algo.has_row_limit() { v.bm as usize } else { m };
+    let block = v.row_limit().unwrap_or(m);
     // Zeroed: split-K variants keep their tile counters here and leave them at zero, so the blocks
     // can share it; other variants never touch it.
-    let len = w4a16::workspace_len(v, block.min(m), *n);
+    let len = v.workspace_len(block.min(m), *n);
     let mut workspace = if len == 0 { b.output::<f32>(1)? } else { s.alloc_zeros::<f32>(len)? };
     for start in (0..m).step_by(block) {
         let rows = block.min(m - start);

@@ -38,8 +38,8 @@ use cudarc::driver::{CudaEvent, CudaStream};
 use kdtree_jit::kernel::Kernels;
 use kdtree_jit::tune::db::TuningDb;
 use kdtree_jit::tune::env::Environment;
-use kdtree_jit::w4a16::W4a16;
-use kdtree_jit::{Cache, Gpu, Target, Variant, compile_all};
+use kdtree_jit::w4a16::dense::DenseVariant;
+use kdtree_jit::{Cache, Gpu, compile_all_for};
 
 pub use graph::MAX_GRAPH_TOKENS;
 pub use kv::CudaKv;
@@ -253,12 +253,13 @@ impl CudaBackend {
         }
         let p = plan(&self.db, &self.env, self.gpu.arch, &shape, self.mode);
         // Tuned variants were checked when chosen; this catches a default that cannot run here.
-        if let Err(why) = p.general.variant.check(&Target { arch: self.gpu.arch }) {
+        let arch = self.gpu.arch;
+        if let Err(why) = p.general.variant.check_on(arch) {
             return Err(EngineError::NoKernel { shape: shape.to_string(), reason: why.to_string() });
         }
-        let variants: Vec<W4a16> = p.variants();
+        let variants: Vec<DenseVariant> = p.variants();
         let mut functions = HashMap::new();
-        for (v, compiled) in compile_all(&variants, self.gpu.arch, self.cache.as_ref(), |_| {}) {
+        for (v, compiled) in compile_all_for(&variants, |v| v.compile_arch(arch), self.cache.as_ref(), |_| {}) {
             functions.insert(v, self.gpu.load(&compiled?)?);
         }
         let k = Arc::new(ShapeKernels::new(shape, p, functions));

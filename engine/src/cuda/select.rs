@@ -1,19 +1,23 @@
 //! Which W4A16 kernel variant computes each weight shape: the tuning DB's pick, or a documented
 //! default when the DB has no fresh entry for the shape.
 //!
+//! The variants are of every dense family the device runs ([`DenseVariant`]: the tiles, and wgmma
+//! on sm_90), whichever the tuner found fastest.
+//!
 //! Exactness: DDTree's output equals greedy decoding's only if a row's logits never depend on how
 //! many rows run with it. A kernel variant fixes the order in which K is summed (its BK, its warps
-//! along K, its split-K), so the same variant computes a row identically whatever M is (rows are
-//! independent inside the kernels: partial tiles are zero-filled, split-K partials are added in
-//! split order). Two variants do not. [`Mode::Exact`] therefore runs one variant per weight shape
-//! for every M, a row-limited one (stream, gemv) in blocks of its `bm` rows; [`Mode::Fast`] runs
-//! the DB's best per M bucket and gives that equality up.
+//! along K, its split-K, wgmma's k16 steps), so the same variant computes a row identically whatever
+//! M is (rows are independent inside the kernels of both families: partial tiles are zero-filled,
+//! split-K partials are added in split order). Two variants do not. [`Mode::Exact`] therefore runs
+//! one variant per weight shape for every M, a row-limited one (stream, gemv) in blocks of its `bm`
+//! rows; [`Mode::Fast`] runs the DB's best per M bucket and gives that equality up.
 
 use kdtree_jit::tune::db::{Entry, Match, TuningDb};
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::tune::key::{M_BUCKETS, ProblemKey, Shape, m_bucket};
-use kdtree_jit::w4a16::{Acc, Algo, W4a16, supports};
-use kdtree_jit::{Arch, Target, Variant};
+use kdtree_jit::w4a16::dense::DenseVariant;
+use kdtree_jit::w4a16::{Acc, Algo, W4a16};
+use kdtree_jit::{Arch, Variant};
 use kdtree_quant::{Dtype, QuantizedWeight};
 use serde::Serialize;
 
@@ -64,7 +68,7 @@ pub enum Source {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct VariantChoice {
-    pub variant: W4a16,
+    pub variant: DenseVariant,
     pub source: Source,
 }
 
@@ -79,13 +83,13 @@ pub struct Plan {
 
 impl Plan {
     /// The variant that computes `m` rows.
-    pub fn variant_for(&self, m: usize) -> &W4a16 {
+    pub fn variant_for(&self, m: usize) -> &DenseVariant {
         let bucket = m_bucket(u32::try_from(m).unwrap_or(u32::MAX));
         self.by_bucket.iter().find(|(b, _)| *b == bucket).map_or(&self.general.variant, |(_, c)| &c.variant)
     }
 
     /// Every distinct variant of the plan.
-    pub fn variants(&self) -> Vec<W4a16> {
+    pub fn variants(&self) -> Vec<DenseVariant> {
         let mut all = vec![self.general.variant];
         for (_, c) in &self.by_bucket {
             if !all.contains(&c.variant) {
@@ -144,9 +148,8 @@ fn choose(db: &TuningDb, env: &Environment, arch: Arch, shape: &WeightShape, m: 
         shape.dtype,
         arch,
     );
-    let target = Target { arch };
     let usable = |e: &Entry| {
-        W4a16::from_name(&e.variant).filter(|v| v.check(&target).is_ok() && supports(v, rows, shape.n, shape.k))
+        DenseVariant::from_name(&e.variant).filter(|v| v.check_on(arch).is_ok() && v.supports(rows, shape.n, shape.k))
     };
     let lookup = db.lookup(&key, env, |e| usable(e).is_some());
     if let Some((hit, variant)) = lookup.hit.as_ref().and_then(|hit| Some((hit, usable(hit.entry)?))) {
@@ -161,5 +164,5 @@ fn choose(db: &TuningDb, env: &Environment, arch: Arch, shape: &WeightShape, m: 
     } else {
         "not in the tuning DB".to_owned()
     };
-    VariantChoice { variant: default_variant(shape), source: Source::Default { reason } }
+    VariantChoice { variant: DenseVariant::Tiles(default_variant(shape)), source: Source::Default { reason } }
 }

@@ -20,7 +20,7 @@ use kdtree_jit::tune::key::{M_BUCKETS, Shape, m_bucket};
 use kdtree_jit::tune::run::{self, Progress, TuneRequest, Tuner};
 use kdtree_jit::tune::search::SearchConfig;
 use kdtree_jit::tune::session::Session;
-use kdtree_jit::w4a16::W4a16;
+use kdtree_jit::w4a16::dense::DenseVariant;
 
 use super::select::{Mode, Plan, Source, WeightShape, plan};
 use super::{CudaBackend, MoeKernels};
@@ -110,7 +110,7 @@ fn own_buckets(plan: &Plan) -> Vec<u32> {
 /// it to `db_path` as it goes. `None`, without opening a tuner, when nothing is missing or the
 /// budget is 0. The budget counts from the call, opening the tuner included; a problem already
 /// started when it runs out is finished.
-fn tune<T: Tuner<Variant = W4a16>>(
+fn tune<T: Tuner<Variant = DenseVariant>>(
     open: impl FnOnce() -> kdtree_jit::tune::error::Result<T>,
     db: &mut TuningDb,
     db_path: &Path,
@@ -182,7 +182,6 @@ mod tests {
     use kdtree_jit::tune::key::ProblemKey;
     use kdtree_jit::tune::peers::Peers;
     use kdtree_jit::tune::session::{AtM, Tuned};
-    use kdtree_jit::w4a16::W4a16;
     use kdtree_quant::Dtype;
 
     use super::*;
@@ -266,7 +265,7 @@ mod tests {
     }
 
     impl Tuner for FakeTuner {
-        type Variant = W4a16;
+        type Variant = DenseVariant;
         type Kernel = ();
 
         fn env(&self) -> &Environment {
@@ -283,7 +282,7 @@ mod tests {
 
         fn compile(
             &self,
-            variants: &[W4a16],
+            variants: &[DenseVariant],
             _: &mut TuningDb,
             _: Option<&Cache>,
             _: bool,

@@ -8,7 +8,7 @@ use anyhow::bail;
 use kdtree_jit::tune::db::{Entry, TuningDb};
 use kdtree_jit::tune::report::Row;
 use kdtree_jit::tune::session::Session;
-use kdtree_jit::w4a16::W4a16;
+use kdtree_jit::w4a16::dense::DenseVariant;
 use kdtree_jit::{Cache, Variant};
 
 use super::tune::{Output, bar, stale_rows};
@@ -38,7 +38,7 @@ pub fn run(args: &BenchArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
         by_problem.entry((e.key.shape(), e.key.group_size, e.key.dtype)).or_default().push(e);
     }
 
-    let mut variants: Vec<W4a16> = fresh.iter().filter_map(|e| W4a16::from_name(&e.variant)).collect();
+    let mut variants: Vec<DenseVariant> = fresh.iter().filter_map(|e| DenseVariant::from_name(&e.variant)).collect();
     variants.sort_by_key(|v| v.name());
     variants.dedup();
     let cache = Cache::open(&Cache::default_dir())?;

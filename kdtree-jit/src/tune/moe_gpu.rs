@@ -214,7 +214,8 @@ impl Tuner for MoeSession<'_, '_> {
         retry_failed: bool,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<HashMap<String, GroupedKernel>> {
-        self.0.compile_with(variants, db, cache, retry_failed, progress, GroupedKernel::load)
+        let arch = self.0.gpu.arch;
+        self.0.compile_with(variants, |_| arch, db, cache, retry_failed, progress, GroupedKernel::load)
     }
 
     /// The layer's experts are made and uploaded once; each T gets its routing, inputs and

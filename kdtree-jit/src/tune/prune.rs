@@ -9,7 +9,10 @@
 //!    padding;
 //! 3. split-K only pays when the grid is short of the SMs: once the blocks along M and N alone
 //!    fill four waves of the device, split-K's extra reduction cannot help;
-//! 4. a variant NVRTC refused for the same arch, NVRTC and templates is not compiled again
+//! 4. wgmma tiles (sm_90) are for M >= 16, where a weight dequantized once serves many tokens:
+//!    their token tile is at most max(16, bucket(M)) and at least half of it (smaller tiles
+//!    dequantize each weight again per tile); below 16 the tiles' streaming kernels own M;
+//! 5. a variant NVRTC refused for the same arch, NVRTC and templates is not compiled again
 //!    (the DB remembers it; `--retry-failed` tries anyway).
 //!
 //! Then [`super::search`] gates all that remain, screens them with 15 reps (cutting off any candidate
@@ -19,6 +22,8 @@
 use kdtree_quant::Dtype;
 
 use super::key::{Shape, m_bucket};
+use crate::w4a16::dense::DenseVariant;
+use crate::w4a16::wgmma::W4a16Wgmma;
 use crate::w4a16::{self, Algo, W4a16};
 
 /// What pruning needs to know about a problem and the device.
@@ -32,8 +37,15 @@ pub struct Scope {
     pub sms: u32,
 }
 
-/// Why `v` is not worth timing for `scope`, or `None` when it is. `v` is valid for the arch.
-pub(crate) fn why_not(v: &W4a16, scope: &Scope) -> Option<&'static str> {
+/// Why `v` is not worth timing for `scope`, or `None` when it is. `v` is valid for the device.
+pub(crate) fn why_not(v: &DenseVariant, scope: &Scope) -> Option<&'static str> {
+    match v {
+        DenseVariant::Tiles(v) => why_not_tiles(v, scope),
+        DenseVariant::Wgmma(v) => why_not_wgmma(v, scope),
+    }
+}
+
+fn why_not_tiles(v: &W4a16, scope: &Scope) -> Option<&'static str> {
     let (m, n, k) = (scope.m as usize, scope.shape.n as usize, scope.shape.k as usize);
     let rows = m_bucket(scope.m);
     if v.dtype != scope.dtype || v.group_size != scope.group_size {
@@ -49,8 +61,29 @@ pub(crate) fn why_not(v: &W4a16, scope: &Scope) -> Option<&'static str> {
     }
 }
 
+fn why_not_wgmma(v: &W4a16Wgmma, scope: &Scope) -> Option<&'static str> {
+    let (m, n, k) = (scope.m as usize, scope.shape.n as usize, scope.shape.k as usize);
+    let rows = m_bucket(scope.m);
+    let blocks = m.div_ceil(v.bm as usize) * n.div_ceil(v.bn as usize);
+    if v.dtype != scope.dtype || v.group_size != scope.group_size {
+        Some("another dtype or group size")
+    } else if !w4a16::wgmma::supports(v, m, n, k) {
+        Some("cannot compute this shape")
+    } else if rows < 16 {
+        Some("wgmma's smallest token tile is 16: fewer rows are the streaming kernels'")
+    } else if v.bm > rows.max(16) {
+        Some("block rows far beyond M")
+    } else if v.bm < rows.min(256) / 2 {
+        Some("token tiles far below M: each would dequantize the weight again")
+    } else if v.split_k > 1 && blocks >= 4 * scope.sms as usize {
+        Some("split-K with the grid already four waves deep")
+    } else {
+        None
+    }
+}
+
 /// The variants of `valid` worth timing for `scope`.
-pub fn prune(valid: &[W4a16], scope: &Scope) -> Vec<W4a16> {
+pub fn prune(valid: &[DenseVariant], scope: &Scope) -> Vec<DenseVariant> {
     valid.iter().filter(|v| why_not(v, scope).is_none()).copied().collect()
 }
 

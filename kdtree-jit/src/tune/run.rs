@@ -45,12 +45,12 @@ use super::prune::{self, Scope};
 use super::report::{self, StaleRow};
 use super::search::{Rejection, SearchConfig};
 use super::session::{AtM, Session, Tuned};
-use crate::w4a16::W4a16;
-use crate::{Arch, Cache, Target, Variant};
+use crate::w4a16::dense::{DenseKernel, DenseVariant};
+use crate::{Arch, Cache, Variant};
 
 /// A variant family a run can plan for: what its problems are and which of its variants are worth
-/// timing on one. W4A16 GEMMs by weight shape ([`prune`]); grouped MoE steps by layer
-/// ([`super::moe`]).
+/// timing on one. Dense W4A16 GEMMs of every family by weight shape ([`prune`]); grouped MoE steps
+/// by layer ([`super::moe`]).
 pub trait Family: Variant + Copy + PartialEq {
     /// A problem but for its M (or T).
     type Problem: Copy + PartialEq + std::fmt::Debug;
@@ -66,12 +66,20 @@ pub trait Family: Variant + Copy + PartialEq {
     ) -> Result<Vec<Self>>;
 }
 
-impl Family for W4a16 {
+impl Family for DenseVariant {
     type Problem = Shape;
 
-    fn candidates(shape: &Shape, m: u32, group_size: u32, dtype: Dtype, arch: Arch, sms: u32) -> Result<Vec<W4a16>> {
+    /// Both families where the device runs both (wgmma on sm_90): the run picks between them.
+    fn candidates(
+        shape: &Shape,
+        m: u32,
+        group_size: u32,
+        dtype: Dtype,
+        arch: Arch,
+        sms: u32,
+    ) -> Result<Vec<DenseVariant>> {
         let scope = Scope { m, shape: *shape, group_size, dtype, sms };
-        Ok(prune::prune(&W4a16::valid(&Target { arch }), &scope))
+        Ok(prune::prune(&DenseVariant::valid_on(arch), &scope))
     }
 }
 
@@ -198,8 +206,8 @@ pub trait Tuner {
 }
 
 impl Tuner for Session<'_> {
-    type Variant = W4a16;
-    type Kernel = crate::w4a16::W4a16Kernel;
+    type Variant = DenseVariant;
+    type Kernel = DenseKernel;
 
     fn env(&self) -> &Environment {
         &self.env
@@ -215,7 +223,7 @@ impl Tuner for Session<'_> {
 
     fn compile(
         &self,
-        variants: &[W4a16],
+        variants: &[DenseVariant],
         db: &mut TuningDb,
         cache: Option<&Cache>,
         retry_failed: bool,

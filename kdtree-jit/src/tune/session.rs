@@ -18,8 +18,8 @@ use super::key::{ProblemKey, Shape};
 use super::peers::{self, DensePeer, Peers};
 use super::problem::Problem;
 use super::search::{self, Rejection, SearchConfig};
-use crate::w4a16::{W4a16, W4a16Kernel};
-use crate::{Cache, Compiled, Error, Gpu, Variant};
+use crate::w4a16::dense::{DenseKernel, DenseVariant};
+use crate::{Arch, Cache, Compiled, Error, Gpu, Variant};
 
 pub struct Session<'g> {
     pub gpu: &'g Gpu,
@@ -34,7 +34,7 @@ pub struct Session<'g> {
 }
 
 /// The M to tune at and the candidates to try there.
-pub type AtM<V = W4a16> = (u32, Vec<V>);
+pub type AtM<V = DenseVariant> = (u32, Vec<V>);
 
 /// The result of one (shape, M): the DB entry when some candidate was correct, and the rejections.
 #[derive(Clone, Debug)]
@@ -65,45 +65,49 @@ impl<'g> Session<'g> {
         self.flusher.mode()
     }
 
-    /// Compiles and loads `variants`. A compile failure is recorded in `db` and that variant is
-    /// left out; one recorded earlier for this arch, NVRTC and templates is not tried again unless
-    /// `retry_failed`. `progress` gets the number of variants done.
+    /// Compiles and loads `variants`, each for its [`DenseVariant::compile_arch`]. A compile failure
+    /// is recorded in `db` and that variant is left out; one recorded earlier for this arch, NVRTC
+    /// and templates is not tried again unless `retry_failed`. `progress` gets the number of
+    /// variants done.
     pub fn compile(
         &self,
-        variants: &[W4a16],
+        variants: &[DenseVariant],
         db: &mut TuningDb,
         cache: Option<&Cache>,
         retry_failed: bool,
         progress: impl Fn(usize) + Sync,
-    ) -> Result<HashMap<String, W4a16Kernel>> {
-        self.compile_with(variants, db, cache, retry_failed, progress, W4a16Kernel::load)
+    ) -> Result<HashMap<String, DenseKernel>> {
+        let device = self.gpu.arch;
+        self.compile_with(variants, |v| v.compile_arch(device), db, cache, retry_failed, progress, DenseKernel::load)
     }
 
-    /// [`compile`](Self::compile) for any family, loading each cubin with `load`.
+    /// [`compile`](Self::compile) for any family, each variant for `arch_of` it, loading each cubin
+    /// with `load`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn compile_with<V: Variant + Copy, K>(
         &self,
         variants: &[V],
+        arch_of: impl Fn(&V) -> Arch + Sync,
         db: &mut TuningDb,
         cache: Option<&Cache>,
         retry_failed: bool,
         progress: impl Fn(usize) + Sync,
         load: impl Fn(&Gpu, V, &Compiled) -> crate::Result<K>,
     ) -> Result<HashMap<String, K>> {
-        let arch = self.gpu.arch;
         let todo: Vec<V> = variants
             .iter()
-            .filter(|v| retry_failed || db.compile_failure(&v.name(), arch, &self.env).is_none())
+            .filter(|v| retry_failed || db.compile_failure(&v.name(), arch_of(v), &self.env).is_none())
             .copied()
             .collect();
         let mut kernels = HashMap::new();
-        for (v, compiled) in crate::compile_all(&todo, arch, cache, progress) {
+        for (v, compiled) in crate::compile_all_for(&todo, &arch_of, cache, progress) {
             match compiled {
                 Ok(c) => {
                     kernels.insert(v.name(), load(self.gpu, v, &c)?);
                 }
                 Err(Error::Compile { log, .. }) => db.record_compile_failure(CompileFailure {
                     variant: v.name(),
-                    arch,
+                    arch: arch_of(&v),
                     nvrtc: self.env.nvrtc,
                     templates: self.env.templates.clone(),
                     log,
@@ -120,14 +124,14 @@ impl<'g> Session<'g> {
         &mut self,
         (shape, group_size, dtype): (Shape, u32, Dtype),
         work: &[AtM],
-        kernels: &HashMap<String, W4a16Kernel>,
+        kernels: &HashMap<String, DenseKernel>,
         cfg: &SearchConfig,
         mut proceed: impl FnMut() -> bool,
         mut progress: impl FnMut(),
     ) -> Result<Vec<Tuned>> {
         let m_max = work.iter().map(|(m, _)| *m as usize).max().unwrap_or(1);
         let problem = Problem::random(shape, group_size, dtype, m_max, seed(shape))?;
-        let compiled: Vec<W4a16> =
+        let compiled: Vec<DenseVariant> =
             work.iter().flat_map(|(_, vs)| vs).filter(|v| kernels.contains_key(&v.name())).copied().collect();
         let mut buffers = ShapeBuffers::upload(self.gpu, &problem, &compiled)?;
         let mut dense = [
@@ -139,7 +143,7 @@ impl<'g> Session<'g> {
             if !proceed() {
                 break;
             }
-            let candidates: Vec<W4a16> =
+            let candidates: Vec<DenseVariant> =
                 candidates.iter().filter(|v| kernels.contains_key(&v.name())).copied().collect();
             let mut runner = W4a16Runner {
                 gpu: self.gpu,
@@ -181,9 +185,9 @@ impl<'g> Session<'g> {
 
     /// Measures `entries` (all of one shape, group size and dtype) again: gated, then timed with
     /// [`BenchConfig::FINAL`], with fresh peers. A variant that is now wrong comes back rejected.
-    pub fn bench_shape(&mut self, entries: &[&Entry], kernels: &HashMap<String, W4a16Kernel>) -> Result<Vec<Tuned>> {
+    pub fn bench_shape(&mut self, entries: &[&Entry], kernels: &HashMap<String, DenseKernel>) -> Result<Vec<Tuned>> {
         let work: Vec<AtM> =
-            entries.iter().map(|e| (e.m, W4a16::from_name(&e.variant).into_iter().collect())).collect();
+            entries.iter().map(|e| (e.m, DenseVariant::from_name(&e.variant).into_iter().collect())).collect();
         let Some(first) = entries.first() else { return Ok(Vec::new()) };
         let cfg = SearchConfig { screen: BenchConfig::FINAL, finalists: 0, fin: BenchConfig::FINAL };
         let key = &first.key;

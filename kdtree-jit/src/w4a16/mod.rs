@@ -9,6 +9,7 @@
 //! | a variant bound to its loaded function; grid, block, shared memory, split-K workspace | [`W4a16Kernel`] in [`launch`] |
 //! | random problems and the tolerance against the CPU reference | [`accuracy`] |
 //! | the Hopper `wgmma` family (sm_90a), its own space, layout and launch | [`wgmma`] |
+//! | every dense family as one variant type (what the tuner and the engine pick from) | [`dense`] |
 //!
 //! Three algorithms render from `templates/w4a16_{algo}.cu.tera`:
 //! - [`Algo::Mma`]: tensor-core tiles (`mma.sync` m16n8k16, `ldmatrix`, a `cp.async` pipeline), for
@@ -44,6 +45,7 @@
 //! ```
 
 pub mod accuracy;
+pub mod dense;
 pub mod grouped;
 pub mod launch;
 pub mod layout;

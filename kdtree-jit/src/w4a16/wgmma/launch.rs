@@ -1,30 +1,30 @@
 //! Launching a wgmma variant. [`WgmmaKernel`] binds a variant to its loaded function (checked by name
 //! when it is made), so no safe call can launch a function with another kernel's arguments.
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 use kdtree_quant::QuantizedWeight;
 
+use crate::w4a16::GemmBuffers;
 use crate::w4a16::launch::{allow_shared, check_name, short_buffer};
-use crate::w4a16::wgmma::rules::{WARPGROUP_N, shared_bytes};
+use crate::w4a16::wgmma::rules::{WARPGROUP_N, shared_bytes, static_bytes};
 use crate::w4a16::wgmma::{W4a16Wgmma, lengths, repack};
 use crate::{Cache, Compiled, Error, Gpu, Result, Variant, compile_variant};
-
-/// The device buffers of one product.
-pub struct WgmmaBuffers<'a> {
-    /// X, [M, K] row-major, activation dtype bits.
-    pub x: CudaView<'a, u16>,
-    /// [`crate::w4a16::DeviceWeights::packed`] of [`repack`].
-    pub packed: &'a CudaSlice<u32>,
-    pub scales: &'a CudaSlice<u16>,
-    /// Y, [M, N] row-major, activation dtype bits.
-    pub y: CudaViewMut<'a, u16>,
-}
 
 /// (token tiles, feature tiles of the block): token tiles vary fastest, so blocks that read the
 /// same weights run together and the weights come from DRAM once while M spans several tiles.
 fn grid(v: &W4a16Wgmma, m: usize, n: usize) -> (usize, usize) {
     (m.div_ceil(v.bm as usize), n.div_ceil(v.bn as usize))
+}
+
+/// f32 elements of the workspace (of [`GemmBuffers`]) `v` needs for M = `m`: split-K's [split][M][N] partials and one
+/// counter per block; none without split-K.
+pub fn workspace_len(v: &W4a16Wgmma, m: usize, n: usize) -> usize {
+    if v.split_k == 1 {
+        return 0;
+    }
+    let (gx, gy) = grid(v, m, n);
+    v.split_k as usize * m * n + gx * gy
 }
 
 /// Why `v` cannot compute an [m, k] x [n, k]ᵀ product, if it cannot.
@@ -77,7 +77,7 @@ impl WgmmaKernel {
     }
 
     /// Enqueues `Y = X · dequant(W)ᵀ` on `gpu`'s stream.
-    pub fn launch(&self, gpu: &Gpu, m: usize, n: usize, k: usize, b: WgmmaBuffers) -> Result<()> {
+    pub fn launch(&self, gpu: &Gpu, m: usize, n: usize, k: usize, b: GemmBuffers) -> Result<()> {
         let (v, f) = (&self.variant, &self.function);
         let fail = |reason: String| Error::Unsupported { variant: v.name(), reason };
         if let Some(reason) = unsupported(v, m, n, k) {
@@ -89,26 +89,26 @@ impl WgmmaKernel {
             ("packed", b.packed.len(), packed_len),
             ("scales", b.scales.len(), scales_len),
             ("y", b.y.len(), m * n),
+            ("workspace", b.workspace.len(), workspace_len(v, m, n)),
         ];
         if let Some(reason) = short_buffer(&needs) {
             return Err(fail(reason));
         }
         let smem = shared_bytes(v);
-        // The template declares no static shared memory.
-        allow_shared(f, smem, 0)?;
+        allow_shared(f, smem, static_bytes(v))?;
         let (gx, gy) = grid(v, m, n);
         let cfg = LaunchConfig {
-            grid_dim: (gx as u32, gy as u32, 1),
+            grid_dim: (gx as u32, gy as u32, v.split_k),
             block_dim: (v.bn / WARPGROUP_N * 128, 1, 1),
             shared_mem_bytes: smem as u32,
         };
         let (m, n, k) = (m as i32, n as i32, k as i32);
         let mut args = gpu.stream.launch_builder(f);
         let (x, mut y) = (b.x, b.y);
-        args.arg(&x).arg(b.packed).arg(b.scales).arg(&mut y).arg(&m).arg(&n).arg(&k);
+        args.arg(&x).arg(b.packed).arg(b.scales).arg(&mut y).arg(&mut *b.workspace).arg(&m).arg(&n).arg(&k);
         // SAFETY: `f` is `v`'s kernel (checked when bound), and the argument list matches the
-        // template's kernel signature (x, packed, scales, y, m, n, k); every buffer was checked above
-        // to hold what the kernel indexes.
+        // template's kernel signature (x, packed, scales, y, workspace, m, n, k); every buffer was
+        // checked above to hold what the kernel indexes.
         unsafe { args.launch(cfg) }?;
         Ok(())
     }
@@ -120,7 +120,14 @@ impl WgmmaKernel {
         let s = &gpu.stream;
         let (xd, packed, scales) = (s.clone_htod(x)?, s.clone_htod(&d.packed)?, s.clone_htod(&d.scales)?);
         let mut y = s.alloc_zeros::<u16>(m * w.n)?;
-        let b = WgmmaBuffers { x: xd.as_view(), packed: &packed, scales: &scales, y: y.as_view_mut() };
+        let mut workspace = s.alloc_zeros::<f32>(workspace_len(&self.variant, m, w.n).max(1))?;
+        let b = GemmBuffers {
+            x: xd.as_view(),
+            packed: &packed,
+            scales: &scales,
+            y: y.as_view_mut(),
+            workspace: &mut workspace,
+        };
         self.launch(gpu, m, w.n, w.k, b)?;
         Ok(s.clone_dtoh(&y)?)
     }
@@ -132,10 +139,13 @@ mod tests {
 
     #[test]
     fn supports_names_the_limits_and_tiles_tokens_fastest() {
-        let v = W4a16Wgmma::from_name("w4a16_wgmma_bf16_g64_m128n128k128_s4_f32acc").expect("in the space");
+        let v = W4a16Wgmma::from_name("w4a16_wgmma_bf16_g64_m128n128k128_s4_sk2_f32acc").expect("in the space");
         assert!(supports(&v, 1, 7, 64) && supports(&v, 300, 18432, 7168));
         assert!(!supports(&v, 16, 100, 96), "K not a multiple of 64");
         assert!(!supports(&v, 0, 100, 128));
         assert_eq!(grid(&v, 300, 18432), (3, 144));
+        // Two splits of 300 x 18432 partials, then a counter per block.
+        assert_eq!(workspace_len(&v, 300, 18432), 2 * 300 * 18432 + 3 * 144);
+        assert_eq!(workspace_len(&W4a16Wgmma { split_k: 1, ..v }, 300, 18432), 0);
     }
 }

@@ -79,7 +79,7 @@ mod tests {
     use kdtree_quant::{Dtype, Scales};
 
     fn variant(dtype: Dtype, group_size: u32) -> W4a16Wgmma {
-        W4a16Wgmma { dtype, group_size, acc: crate::w4a16::Acc::F32, bm: 64, bn: 64, bk: 64, stages: 2 }
+        W4a16Wgmma { dtype, group_size, acc: crate::w4a16::Acc::F32, bm: 64, bn: 64, bk: 64, stages: 2, split_k: 1 }
     }
 
     fn random_weight(n: usize, k: usize, g: usize, dtype: Dtype, seed: u64) -> QuantizedWeight {

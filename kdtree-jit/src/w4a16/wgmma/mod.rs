@@ -5,7 +5,7 @@
 //! weight straight into registers as the instruction's A operand (its 64 rows), and a tile of up to
 //! 256 tokens of X is the B operand (the instruction's N), read from shared memory through a matrix
 //! descriptor (K-major, 128-byte swizzle). So a weight is dequantized once per `bm` tokens, not per
-//! 16-64 rows as in `mma`. Not in the tuner or the engine yet.
+//! 16-64 rows as in `mma`. The tuner times it beside the other families ([`crate::w4a16::dense`]).
 //!
 //! | concept | where |
 //! |---|---|
@@ -20,7 +20,7 @@
 //! use kdtree_quant::{Dtype, QuantizedWeight};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let v = W4a16Wgmma::from_name("w4a16_wgmma_bf16_g32_m128n128k128_s4_f32acc").expect("in the space");
+//! let v = W4a16Wgmma::from_name("w4a16_wgmma_bf16_g32_m128n128k128_s4_sk1_f32acc").expect("in the space");
 //! let gpu = Gpu::open(0)?;
 //! let kernel = WgmmaKernel::compile(&gpu, v, None)?; // for sm_90a
 //! let (m, n, k) = (100, 256, 512);
@@ -36,6 +36,6 @@ pub mod layout;
 pub mod rules;
 pub mod space;
 
-pub use launch::{WgmmaBuffers, WgmmaKernel, supports};
+pub use launch::{WgmmaKernel, supports, workspace_len};
 pub use layout::{lengths, repack, unpack};
 pub use space::W4a16Wgmma;

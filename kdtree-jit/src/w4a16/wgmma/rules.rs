@@ -22,6 +22,15 @@ pub fn shared_bytes(v: &W4a16Wgmma) -> usize {
     ALIGN + v.stages as usize * stage.div_ceil(ALIGN) * ALIGN
 }
 
+/// Static shared memory of a split-K variant: splitk.cuh's flag of the reducing block, rounded up
+/// to what the allocator grants.
+pub(crate) const SPLIT_K_STATIC: usize = 16;
+
+/// Static shared memory of `v`'s kernel, in bytes: none but split-K's flag.
+pub fn static_bytes(v: &W4a16Wgmma) -> usize {
+    if v.split_k > 1 { SPLIT_K_STATIC } else { 0 }
+}
+
 /// The most 16-byte pieces of X a thread may copy per stage: 32 (bm 256, bk 128, one warpgroup)
 /// spilled 176 bytes at 255 registers with NVRTC 13.5.
 const MAX_X_COPIES: u32 = 16;
@@ -68,7 +77,10 @@ pub fn check(v: &W4a16Wgmma, target: &Target) -> Result<(), Invalid> {
     if v.stages < 2 {
         return incompatible("the pipeline needs at least 2 stages");
     }
-    let requested = shared_bytes(v);
+    if v.split_k == 0 {
+        return incompatible("split_k = 0: a product needs at least one block along K");
+    }
+    let requested = shared_bytes(v) + static_bytes(v);
     let max = target.arch.smem_per_block_max();
     if requested > max {
         return Err(Invalid::SharedMemory { requested, max });
@@ -83,32 +95,33 @@ mod tests {
 
     #[test]
     fn only_sm_90a_and_the_largest_pipelines_are_refused() {
-        assert_eq!(W4a16Wgmma::all().len(), 2 * 3 * 5 * 2 * 2 * 2);
+        assert_eq!(W4a16Wgmma::all().len(), 2 * 3 * 5 * 2 * 2 * 2 * 3);
         assert!(W4a16Wgmma::valid(&Target { arch: Arch(90) }).is_empty());
         assert!(W4a16Wgmma::valid(&Target { arch: Arch(120) }).is_empty());
         let valid = W4a16Wgmma::valid(&Target { arch: Arch::SM_90A });
-        // Per (dtype, group): 40 points less the 4-stage bm 256 pipelines with bk 128 (276 and 296 KiB)
-        // and the one whose single warpgroup copies 32 pieces of X a thread per stage (spills).
+        // Per (dtype, group) and split: 40 points less the 4-stage bm 256 pipelines with bk 128 (276
+        // and 296 KiB) and the one whose single warpgroup copies 32 pieces of X a thread per stage
+        // (spills).
         let refused: Vec<String> = W4a16Wgmma::all()
             .into_iter()
-            .filter(|v| v.dtype == kdtree_quant::Dtype::Bf16 && v.group_size == 32)
+            .filter(|v| v.dtype == kdtree_quant::Dtype::Bf16 && v.group_size == 32 && v.split_k == 2)
             .filter(|v| v.check(&Target { arch: Arch::SM_90A }).is_err())
             .map(|v| v.name())
             .collect();
         assert_eq!(
             refused,
             [
-                "w4a16_wgmma_bf16_g32_m256n64k128_s2_f32acc",
-                "w4a16_wgmma_bf16_g32_m256n64k128_s4_f32acc",
-                "w4a16_wgmma_bf16_g32_m256n128k128_s4_f32acc",
+                "w4a16_wgmma_bf16_g32_m256n64k128_s2_sk2_f32acc",
+                "w4a16_wgmma_bf16_g32_m256n64k128_s4_sk2_f32acc",
+                "w4a16_wgmma_bf16_g32_m256n128k128_s4_sk2_f32acc",
             ]
         );
-        assert_eq!(valid.len(), 6 * (40 - refused.len()));
+        assert_eq!(valid.len(), 6 * 3 * (40 - refused.len()));
     }
 
     #[test]
     fn shared_memory_is_aligned_stages_of_x_weights_and_scales() {
-        let v = W4a16Wgmma::from_name("w4a16_wgmma_bf16_g32_m128n128k128_s4_f32acc").expect("in the space");
+        let v = W4a16Wgmma::from_name("w4a16_wgmma_bf16_g32_m128n128k128_s4_sk1_f32acc").expect("in the space");
         // 4 stages x (128 x 128 halves + 2 warpgroups x (2 chunks of 2 KiB + 4 scale rows of 128)).
         assert_eq!(shared_bytes(&v), 1024 + 4 * (32768usize + 2 * (4096 + 512)).div_ceil(1024) * 1024);
         let g128 = W4a16Wgmma { group_size: 128, bk: 64, ..v };
@@ -116,6 +129,10 @@ mod tests {
         assert!(v.check(&Target { arch: Arch::SM_90A }).is_ok());
         let err = v.check(&Target { arch: Arch(90) }).unwrap_err().to_string();
         assert!(err.contains("sm_90a"), "{err}");
+        // Split-K's flag is static shared memory, counted against the same limit.
+        let split = W4a16Wgmma { split_k: 4, ..v };
+        assert_eq!((static_bytes(&v), static_bytes(&split)), (0, SPLIT_K_STATIC));
+        assert!(W4a16Wgmma { split_k: 0, ..v }.check(&Target { arch: Arch::SM_90A }).is_err());
     }
 
     #[test]

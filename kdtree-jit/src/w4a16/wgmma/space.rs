@@ -8,6 +8,8 @@
 //!   warpgroups sharing one X tile.
 //! - `bk`: K per pipeline stage, whole 64-deep weight chunks (one 16-byte vector a thread each).
 //! - `stages`: cp.async pipeline depth.
+//! - `split_k`: blocks along K, summed in split order through a workspace: Kimi K2's 18432-feature
+//!   weights give 144 blocks of 128 features, two waves on 132 SMs, the second nearly empty.
 //! - `acc = f32`: the only value (wgmma's f32 accumulators), kept as an axis so that names read as
 //!   the other families'.
 
@@ -20,7 +22,7 @@ crate::variant_space! {
     /// per (column of Y, group of K), X, Y and scales in `dtype`.
     pub space W4a16Wgmma {
         template = "w4a16_wgmma.cu.tera";
-        name = "w4a16_wgmma_{dtype}_g{group_size}_m{bm}n{bn}k{bk}_s{stages}_{acc}acc";
+        name = "w4a16_wgmma_{dtype}_g{group_size}_m{bm}n{bn}k{bk}_s{stages}_sk{split_k}_{acc}acc";
         axes {
             /// activations, scales and output
             dtype: Dtype = [F16, Bf16],
@@ -36,6 +38,8 @@ crate::variant_space! {
             bk: u32 = [64, 128],
             /// cp.async pipeline depth
             stages: u32 = [2, 4],
+            /// blocks along K
+            split_k: u32 = [1, 2, 4],
         }
         check = crate::w4a16::wgmma::rules::check;
     }
