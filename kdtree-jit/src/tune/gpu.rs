@@ -3,6 +3,7 @@
 //! its candidates read (the tiles' shared one, wgmma's).
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use cudarc::driver::CudaSlice;
 
@@ -35,9 +36,9 @@ impl ShapeBuffers {
         let s = &gpu.stream;
         let mut weights = HashMap::new();
         for v in variants {
-            if !weights.contains_key(&v.layout()) {
+            if let Entry::Vacant(slot) = weights.entry(v.layout()) {
                 let repacked = v.repack(&problem.weight)?;
-                weights.insert(v.layout(), (s.clone_htod(&repacked.packed)?, s.clone_htod(&repacked.scales)?));
+                slot.insert((s.clone_htod(&repacked.packed)?, s.clone_htod(&repacked.scales)?));
             }
         }
         let workspace_len = variants.iter().map(|v| v.workspace_len(m_max, n)).max().unwrap_or(0);
