@@ -1,6 +1,6 @@
-//! What `kdtree-engine bench` measures: per-forward time of a model on the GPU at T = 1, 2, 4, ...
-//! tokens after a context, against the floor that the bytes the forward must read set at the copy
-//! bandwidth measured in the same run.
+//! What `kdtree-engine bench` measures: per-forward time of a model on the GPU at T = 1, 2, 3, 4,
+//! 6, 8, ... tokens after a context, against the floor that the bytes the forward must read set at
+//! the copy bandwidth measured in the same run.
 //!
 //! A forward must read every dense weight once (attention, dense MLPs, shared experts, routers, the
 //! LM head), every routed expert that some token of the forward routes to once per MoE layer, and
@@ -61,9 +61,13 @@ pub fn peak_rss() -> Option<usize> {
     kb.parse::<usize>().ok().map(|kb| kb * 1024)
 }
 
-/// The Ts of a sweep: powers of two from 1 to `max`.
+/// The Ts of a sweep, up to `max`: powers of two and the halves between them (3, 6, 12, ..). They
+/// are also the cost model's points, the tree sizes cost-aware DDTree may choose from.
 pub fn sweep(max: usize) -> Vec<usize> {
-    std::iter::successors(Some(1usize), |t| t.checked_mul(2)).take_while(|&t| t <= max).collect()
+    let powers = std::iter::successors(Some(1usize), |t| t.checked_mul(2)).take_while(|&t| t <= max);
+    let mut ts: Vec<usize> = powers.flat_map(|t| [t, t + t / 2]).filter(|&t| t <= max).collect();
+    ts.dedup();
+    ts
 }
 
 /// A table for people.
@@ -99,8 +103,9 @@ mod tests {
         let b = ReadBytes::of(&w, 8.0, 3, 4);
         assert_eq!(b, ReadBytes { dense: 1000, lm_head: 500, experts: 160, kv: 12, total: 1672 });
         assert!((b.floor_us(1.0) - 1.672).abs() < 1e-12);
-        assert_eq!(sweep(128), [1, 2, 4, 8, 16, 32, 64, 128]);
-        assert_eq!(sweep(5), [1, 2, 4]);
+        assert_eq!(sweep(128), [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]);
+        assert_eq!(sweep(5), [1, 2, 3, 4]);
+        assert_eq!(sweep(1), [1]);
     }
 
     #[test]

@@ -58,7 +58,7 @@ proptest! {
         p in 0.0f64..=1.0,
     ) {
         let limits = TreeLimits { budget, draft_len: 6 };
-        let method = Method::CostAware { limits, cost: cost(vec![(1, 100.0), (2, 100.0 + slope)]) };
+        let method = Method::CostAware { limits, cost: cost([1, 2, 3, 5, 9, 17, 25].map(|t| (t, 100.0 + slope * (t - 1) as f64)).to_vec()) };
         let stats = run(&MODELS[int4 as usize], &prompt, max_new, p, &method);
         prop_assert!(stats.tree_sizes.iter().all(|&s| s <= budget));
     }
@@ -70,7 +70,13 @@ fn the_cost_decides_the_tree_size() {
     let prompt = [3, 1, 4, 1, 5];
     let limits = TreeLimits { budget: 16, draft_len: 4 };
     // Free rows: the whole budget every round (the last may be cut by the tokens still wanted).
-    let flat = run(model, &prompt, 30, 0.7, &Method::CostAware { limits, cost: cost(vec![(1, 100.0), (64, 100.0)]) });
+    let flat = run(
+        model,
+        &prompt,
+        30,
+        0.7,
+        &Method::CostAware { limits, cost: cost(vec![(1, 100.0), (17, 100.0), (64, 100.0)]) },
+    );
     let rounds = flat.rounds();
     assert!(flat.tree_sizes[..rounds - 1].iter().all(|&s| s == 16), "{:?}", flat.tree_sizes);
     // Each row costs a whole forward: no tree pays, so every round is one greedy step.
@@ -119,8 +125,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// The chooser's b against brute force: over every prefix-closed subset of a small best-first
-    /// tree, the most expected tokens per µs. The best subset of each size is the first nodes in pop
-    /// order, so no subset beats the prefix that `choose` picks.
+    /// tree whose size the cost model measured, the most expected tokens per µs. The best subset of
+    /// each size is the first nodes in pop order, so no subset beats the prefix that `choose` picks.
     #[test]
     fn the_cost_aware_size_is_the_best_of_every_subtree(
         probs in prop::collection::vec(prop::collection::vec(0.01f32..1.0, 1..4), 1..4),
@@ -141,11 +147,12 @@ proptest! {
         for mask in 0u32..1 << tree.len() {
             let nodes: Vec<usize> = (0..tree.len()).filter(|&i| mask >> i & 1 == 1).collect();
             let closed = nodes.iter().all(|&i| tree.parents[i].is_none_or(|p| mask >> p & 1 == 1));
-            if closed {
+            if closed && (nodes.is_empty() || model.measured(nodes.len() + 1)) {
                 best = best.max(rate(&nodes));
             }
         }
         let b = model.choose(&tree.scores);
+        prop_assert!(b == 0 || model.measured(b + 1), "{b} nodes: an unmeasured size");
         let chosen: Vec<usize> = (0..b).collect();
         prop_assert!((rate(&chosen) - best).abs() <= 1e-12 * best, "choose {b}: {} against the best {best}", rate(&chosen));
     }
@@ -165,7 +172,7 @@ proptest! {
     ) {
         let model = &MODELS[int4 as usize];
         let greedy = greedy_generate(model, &prompt, max_new, None).unwrap();
-        let aware = Method::CostAware { limits: TreeLimits { budget: 12, draft_len: len }, cost: cost(vec![(1, 100.0), (2, 100.0 + slope)]) };
+        let aware = Method::CostAware { limits: TreeLimits { budget: 12, draft_len: len }, cost: cost([1, 2, 3, 5, 9, 17, 25].map(|t| (t, 100.0 + slope * (t - 1) as f64)).to_vec()) };
         for method in [Method::Chain { len }, aware] {
             let mut lookup = kdtree_engine::spec::LookupDrafter::new(3, model.config.vocab_size);
             let (tokens, _) = speculative_generate(model, &mut lookup, &prompt, max_new, &method, None).unwrap();

@@ -14,7 +14,7 @@ use kdtree_quant::sample::Uniform;
 
 use super::backend::{BackendArgs, variant_table};
 
-/// Time the model's forward on the GPU at T = 1, 2, 4, ... tokens, against its bandwidth floor.
+/// Time the model's forward on the GPU at T = 1, 2, 3, 4, 6, 8, ... tokens, against its bandwidth floor.
 ///
 /// After a context of --context random tokens, each T runs a causal chain of T new tokens
 /// (what a DDTree of depth T costs at most) --reps times, timed with CUDA events; a rep ends when
@@ -34,7 +34,7 @@ pub struct BenchArgs {
     /// Context tokens in the cache before each timed forward.
     #[arg(long, default_value_t = 64)]
     context: usize,
-    /// Largest T of the sweep (powers of two from 1).
+    /// Largest T of the sweep (powers of two from 1 and the points halfway between: 3, 6, 12, ...).
     #[arg(long, default_value_t = 128)]
     max_t: usize,
     /// Timed forwards per T (after 2 untimed).

@@ -74,17 +74,32 @@ impl CostModel {
     /// order (so every prefix of them is a tree, and the best one of its size). Verifying b nodes
     /// accepts 1 + Σ_{i<b} q_i tokens in expectation (the root always, node i when its whole path is
     /// right) at the cost t(b + 1); the b with the most tokens per µs wins, the smaller on a tie.
+    ///
+    /// Only the sizes the model measured are candidates (T = b + 1 one of its points), and b = 0, one
+    /// greedy step: their prices are measured, not interpolated, and a size that recurs from round
+    /// to round replays one recorded CUDA graph, where a new size each round would run eagerly and be
+    /// recorded again.
     pub fn choose(&self, scores: &[f64]) -> usize {
         let mut expected = 1.0;
         let mut best = (expected / self.us(1), 0);
         for (i, s) in scores.iter().enumerate() {
             expected += s.exp();
             let rate = expected / self.us(i + 2);
-            if rate > best.0 {
+            if rate > best.0 && self.measured(i + 2) {
                 best = (rate, i + 1);
             }
         }
         best.1
+    }
+
+    /// Whether T is one of the measured points.
+    pub fn measured(&self, t: usize) -> bool {
+        self.points.binary_search_by_key(&t, |&(pt, _)| pt).is_ok()
+    }
+
+    /// The largest tree a round can choose: the last point's T less the root.
+    pub fn max_nodes(&self) -> usize {
+        self.points.last().map_or(0, |&(t, _)| t - 1)
     }
 }
 
@@ -125,12 +140,26 @@ mod tests {
     #[test]
     fn a_flat_cost_takes_every_likely_node_and_a_steep_one_stops_early() {
         let scores = [0.9f64.ln(), 0.8f64.ln(), 0.7f64.ln(), 0.01f64.ln()];
+        let every = |us: [f64; 5]| model((1..=5).zip(us).collect());
         // Free extra rows: every node adds tokens.
-        assert_eq!(model(vec![(1, 100.0), (8, 100.0)]).choose(&scores), 4);
+        assert_eq!(every([100.0; 5]).choose(&scores), 4);
         // Each row doubles the cost: one token per forward is the best rate.
-        assert_eq!(model(vec![(1, 100.0), (2, 200.0), (3, 300.0), (4, 400.0), (5, 500.0)]).choose(&scores), 0);
+        assert_eq!(every([100.0, 200.0, 300.0, 400.0, 500.0]).choose(&scores), 0);
         // A mild slope: the three likely nodes pay (1 + 2.4 tokens for 130 µs), the unlikely one not.
-        assert_eq!(model(vec![(1, 100.0), (5, 140.0)]).choose(&scores), 3);
+        assert_eq!(every([100.0, 110.0, 120.0, 130.0, 140.0]).choose(&scores), 3);
         assert_eq!(model(vec![(1, 100.0)]).choose(&[]), 0);
+        assert_eq!((every([1.0; 5]).max_nodes(), model(vec![(1, 100.0), (8, 100.0)]).max_nodes()), (4, 7));
+    }
+
+    #[test]
+    fn only_measured_sizes_are_chosen() {
+        let scores = [0.9f64.ln(), 0.1f64.ln(), 0.05f64.ln()];
+        // Interpolated, b = 1 (T = 2, 133 µs, 1.9 tokens) would be the best rate; T = 4 is the first
+        // size measured past T = 1, and it beats one greedy step (2.05 tokens for 200 µs).
+        let m = model(vec![(1, 100.0), (4, 200.0)]);
+        assert!(m.measured(4) && !m.measured(2));
+        assert_eq!(m.choose(&scores), 3);
+        // Too few nodes for a measured size: a greedy step.
+        assert_eq!(m.choose(&scores[..2]), 0);
     }
 }

@@ -27,9 +27,9 @@ pub enum Method {
     Tree(TreeLimits),
     /// Chain speculation: the drafter's top-1 token at each of `len` positions (T = len + 1).
     Chain { len: usize },
-    /// DDTree whose size is chosen each round: of the best `limits.budget` prefixes, the first b that
-    /// maximise expected accepted tokens per µs of the target forward under `cost`
-    /// ([`CostModel::choose`]).
+    /// DDTree whose size is chosen each round: of the best `limits.budget` prefixes (at most the
+    /// cost model's largest size), the first b that maximise expected accepted tokens per µs of the
+    /// target forward under `cost`, b + 1 one of the sizes it measured ([`CostModel::choose`]).
     CostAware {
         limits: TreeLimits,
         #[serde(skip)]
@@ -73,10 +73,14 @@ impl Method {
         draft_len: usize,
         vocab: usize,
     ) -> Result<DraftTree> {
-        let (budget, top_k) = match self {
-            Method::Tree(l) | Method::CostAware { limits: l, .. } => (l.budget, l.budget.min(vocab)),
-            Method::Chain { .. } => (draft_len, 1),
+        let budget = match self {
+            Method::Tree(l) => l.budget,
+            // No larger tree than the cost model measured can be chosen: none is drafted.
+            Method::CostAware { limits: l, cost } => l.budget.min(cost.max_nodes()),
+            Method::Chain { .. } => draft_len,
         };
+        // A best-first tree of `budget` nodes takes at most that many ranks at any depth.
+        let top_k = if let Method::Chain { .. } = self { 1 } else { budget.min(vocab) };
         // A tree that can hold nothing is not worth a drafter call: the round is one greedy step.
         if draft_len == 0 || budget == 0 {
             return Ok(DraftTree::default());

@@ -8,12 +8,13 @@ use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_jit::cache::CACHE_DIR_ENV;
 use kdtree_jit::compile::CompileReport;
-use kdtree_jit::w4a16::W4a16;
-use kdtree_jit::{Arch, Cache, KernelStats, Target, Variant, compile_all, nvrtc_version, probe};
+use kdtree_jit::w4a16::dense::DenseVariant;
+use kdtree_jit::{Arch, Cache, KernelStats, Variant, compile_all_for, nvrtc_version, probe};
 use serde::Serialize;
 
-/// Compile every variant valid on an arch with NVRTC (no GPU needed) and print each one's registers,
-/// spills, shared memory and compile time. Exits non-zero if any variant fails, printing NVRTC's log.
+/// Compile every variant a device of an arch runs with NVRTC (no GPU needed): the tiles, and on sm_90
+/// the wgmma family too, for sm_90a. Prints each one's registers, spills, shared memory and compile
+/// time; exits non-zero if any variant fails, printing NVRTC's log.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Arch to compile for, as sm_120 or 120 [default: GPU 0's].
@@ -52,8 +53,8 @@ struct Failure {
 pub fn run(args: &Args, nvrtc: Option<&Path>) -> anyhow::Result<ExitCode> {
     let arch = super::arch_or_device(args.arch)?;
     let filter = args.filter.as_deref().unwrap_or_default();
-    let variants: Vec<W4a16> =
-        W4a16::valid(&Target { arch }).into_iter().filter(|v| v.name().contains(filter)).collect();
+    let variants: Vec<DenseVariant> =
+        DenseVariant::valid_on(arch).into_iter().filter(|v| v.name().contains(filter)).collect();
     if variants.is_empty() {
         bail!("no variant valid on {arch} has `{filter}` in its name (`kdtree-jit list --arch {arch}` lists them)");
     }
@@ -68,7 +69,8 @@ pub fn run(args: &Args, nvrtc: Option<&Path>) -> anyhow::Result<ExitCode> {
             .expect("a valid template"),
     );
     let start = Instant::now();
-    let results = compile_all(&variants, arch, cache.as_ref(), |done| bar.set_position(done as u64));
+    let arch_of = |v: &DenseVariant| v.compile_arch(arch);
+    let results = compile_all_for(&variants, arch_of, cache.as_ref(), |done| bar.set_position(done as u64));
     bar.finish_and_clear();
     let wall = start.elapsed();
 
