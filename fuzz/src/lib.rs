@@ -3,8 +3,8 @@
 //!
 //! | test | what | where it runs |
 //! |---|---|---|
-//! | `tests/layout.rs` | every valid variant's weight layout round-trips on random shapes | CI (CPU) |
-//! | `tests/gpu.rs` | every valid variant matches `kdtree_quant::reference` on random M, N, K, data | a GPU (`--ignored`) |
+//! | `tests/layout.rs` | every valid dense variant's weight layout (tiles, wgmma) round-trips on random shapes | CI (CPU) |
+//! | `tests/gpu.rs` | every dense variant valid on the GPU (tiles; wgmma on sm_90) matches `kdtree_quant::reference` on random M, N, K, data | a GPU (`--ignored`) |
 //! | `tests/config.rs` | edited config.json: `Config::load`, `Model::load` and a short generation never panic | CI (CPU) |
 //! | `tests/safetensors.rs` | edited shard headers: the reader, INT4 weights and `Model::load` never panic | CI (CPU) |
 //! | `tests/tuning_db.rs` | edited tuning DB files: `TuningDb::open`, lookups and saves never panic | CI (CPU) |
@@ -15,30 +15,30 @@
 
 pub mod mutate;
 
-use kdtree_jit::w4a16::W4a16;
+use kdtree_jit::w4a16::dense::DenseVariant;
 use proptest::prelude::*;
 
-/// Random (M, N, K) that `v` supports, mostly not multiples of its tiles: M in 1..=bm for gemv and stream
-/// and 1..=3 bm for mma (so partial and several row blocks), N in 1..=300 (partial 64-column
-/// tiles), K any multiple of the group size up to 40 groups (partial bk steps).
-pub fn shapes(v: &W4a16) -> impl Strategy<Value = (usize, usize, usize)> + use<> {
-    let max_m = if v.algo.has_row_limit() { v.bm as usize } else { 3 * v.bm as usize };
-    let group = v.group_size as usize;
+/// Random (M, N, K) that `v` supports, mostly not multiples of its tiles: M in 1..=bm for gemv and
+/// stream, 1..=3 bm for mma and wgmma (bm: the token tile), so partial and several row blocks; N in
+/// 1..=300 (partial feature tiles), K any multiple of the group size up to 40 groups (partial bk).
+pub fn shapes(v: &DenseVariant) -> impl Strategy<Value = (usize, usize, usize)> + use<> {
+    let max_m = v.row_limit().unwrap_or(3 * v.block_rows());
+    let group = v.group_size();
     (1..=max_m, 1usize..=300, 1usize..=40).prop_map(move |(m, n, groups)| (m, n, groups * group))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kdtree_jit::{Arch, Target, Variant};
+    use kdtree_jit::{Arch, Variant};
     use proptest::test_runner::TestRunner;
 
     #[test]
     fn shapes_are_supported_by_their_variant() {
-        for v in W4a16::valid(&Target { arch: Arch(90) }) {
+        for v in DenseVariant::valid_on(Arch(90)) {
             TestRunner::deterministic()
                 .run(&shapes(&v), |(m, n, k)| {
-                    prop_assert!(kdtree_jit::w4a16::supports(&v, m, n, k), "{} {m}x{n}x{k}", v.name());
+                    prop_assert!(v.supports(m, n, k), "{} {m}x{n}x{k}", v.name());
                     Ok(())
                 })
                 .unwrap();

@@ -3,7 +3,9 @@
 
 use std::collections::HashSet;
 
-use kdtree_jit::w4a16::{self, RandomGemm, W4a16, W4a16Kernel};
+use kdtree_jit::w4a16::accuracy::bits_error;
+use kdtree_jit::w4a16::dense::DenseKernel;
+use kdtree_jit::w4a16::{self, GemmBuffers, RandomGemm, W4a16, W4a16Kernel};
 use kdtree_jit::{Gpu, Target, Variant, compile_variant};
 
 /// (M, N, K in groups): odd N, M across tile boundaries, K not a multiple of bk for groups 32/64.
@@ -20,8 +22,8 @@ fn every_algo_group_dtype_and_acc_matches_the_reference() {
         valid.into_iter().filter(|v| seen.insert((v.algo, v.dtype, v.group_size, v.acc, v.split_k > 1))).collect();
     let mut failures = Vec::new();
     for v in &picked {
-        let kernel =
-            W4a16Kernel::load(&gpu, *v, &compile_variant(v, gpu.arch, None).expect("compiles")).expect("loads");
+        let compiled = compile_variant(v, gpu.arch, None).expect("compiles");
+        let kernel = DenseKernel::from(W4a16Kernel::load(&gpu, *v, &compiled).expect("loads"));
         for (i, &(m, n, groups)) in SHAPES.iter().enumerate() {
             let k = groups * v.group_size as usize;
             if !w4a16::supports(v, m, n, k) {
@@ -52,4 +54,50 @@ fn a_variant_binds_only_its_own_function() {
     assert_eq!(kernel.variant(), &own);
     let err = W4a16Kernel::load(&gpu, other, &compiled).expect_err("another variant's function does not");
     assert!(matches!(err, kdtree_jit::Error::WrongKernel { .. }), "{err}");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn one_workspace_zeroed_once_serves_every_smaller_m() {
+    // What the engine relies on when a row-limited variant runs M rows in blocks of bm, the last
+    // one shorter: the split-K counters sit where they are for any M, and are left at zero.
+    let gpu = Gpu::open(0).expect("a GPU");
+    let mut seen = HashSet::new();
+    let split: Vec<W4a16> = W4a16::valid(&Target { arch: gpu.arch })
+        .into_iter()
+        .filter(|v| v.split_k > 1 && seen.insert((v.algo, v.dtype, v.group_size)))
+        .collect();
+    let s = &gpu.stream;
+    let mut failures = Vec::new();
+    for v in &split {
+        let compiled = compile_variant(v, gpu.arch, None).expect("compiles");
+        let kernel = W4a16Kernel::load(&gpu, *v, &compiled).expect("loads");
+        // Several token tiles for mma, one block of rows for the row-limited algos.
+        let top = if v.algo.has_row_limit() { v.bm as usize } else { 3 * v.bm as usize };
+        let (n, g) = (328, v.group_size as usize);
+        let p = RandomGemm::random(top, n, 37 * g, g, v.dtype, 9).expect("problem");
+        let d = w4a16::repack(v, &p.w).expect("repacks");
+        let (x, packed, scales) =
+            (s.clone_htod(&p.x).unwrap(), s.clone_htod(&d.packed).unwrap(), s.clone_htod(&d.scales).unwrap());
+        let mut workspace = s.alloc_zeros::<f32>(w4a16::workspace_len(v, top, n)).unwrap();
+        for m in [top, top.div_ceil(2), 1] {
+            let mut y = s.alloc_zeros::<u16>(m * n).unwrap();
+            let b = GemmBuffers {
+                x: x.slice(..m * p.w.k),
+                packed: &packed,
+                scales: &scales,
+                y: y.as_view_mut(),
+                workspace: &mut workspace,
+            };
+            kernel.launch(&gpu, m, n, p.w.k, b).expect("launches");
+            let err = bits_error(v.dtype, &s.clone_dtoh(&y).unwrap(), &p.reference[..m * n], p.scale);
+            println!("{:60} m={m:4} of a workspace for {top}: error {err:.2e}", v.name());
+            if err.is_nan() || err > w4a16::tolerance(v) {
+                failures.push(format!("{} at m = {m} after m = {top}: {err:.2e}", v.name()));
+            }
+        }
+    }
+    // (mma, gemv, stream) x (f16, bf16) x 3 groups.
+    assert_eq!(split.len(), 3 * 2 * 3);
+    assert!(failures.is_empty(), "{failures:#?}");
 }

@@ -1,8 +1,10 @@
 // Split-K across blocks, deterministically. Every split of an output tile stores its f32 partial
 // in the workspace; the block that arrives last at the tile's counter sums all partials in split
 // order (float atomics would make the result depend on timing) and writes Y.
-// Workspace: [SPLIT_K][M][N] partials, then one u32 counter per output tile. Counters must be
-// zero before the first launch (allocate zeroed); the reducing block sets its counter back to 0.
+// Workspace: one u32 counter per output tile (per block of a split), then [SPLIT_K][M][N] partials.
+// Counters must be zero before the first launch; the reducing block sets its counter back to 0.
+// They come first so that their place does not depend on M: a workspace sized and zeroed once for
+// the largest product serves every smaller one (the engine's row blocks, a test's several M).
 
 // Call with every thread of the block, after the block's partial stores.
 // Returns true in the block that must reduce the tile.
@@ -37,6 +39,8 @@ __device__ __forceinline__ float splitk_sum(const float* ws, size_t stride, int 
 template <int WARPS, int ROWS, int SPLIT_K>
 __device__ __forceinline__ void store_column_tile(const float* red, u16* y, float* workspace, int m, int n, int ntile) {
     const size_t mn = (size_t)m * n;
+    u32* counters = (u32*)workspace;  // one per 64-column tile: the grid's x
+    float* partials = workspace + (SPLIT_K > 1 ? gridDim.x : 0);  // no workspace without split-K
     for (int e = threadIdx.x; e < ROWS * 64; e += WARPS * 32) {
         const int r = e / 64, col = ntile * 64 + e % 64;
         float v = 0.0f;
@@ -45,15 +49,14 @@ __device__ __forceinline__ void store_column_tile(const float* red, u16* y, floa
             if (SPLIT_K == 1) {
                 y[(size_t)r * n + col] = from_f32(v);
             } else {
-                workspace[blockIdx.y * mn + (size_t)r * n + col] = v;
+                partials[blockIdx.y * mn + (size_t)r * n + col] = v;
             }
         }
     }
     if (SPLIT_K == 1) return;
-    u32* counters = (u32*)(workspace + SPLIT_K * mn);
     if (!splitk_arrive(counters + ntile, SPLIT_K)) return;
     for (int e = threadIdx.x; e < ROWS * 64; e += WARPS * 32) {
         const int r = e / 64, col = ntile * 64 + e % 64;
-        if (r < m && col < n) y[(size_t)r * n + col] = from_f32(splitk_sum(workspace, mn, SPLIT_K, (size_t)r * n + col));
+        if (r < m && col < n) y[(size_t)r * n + col] = from_f32(splitk_sum(partials, mn, SPLIT_K, (size_t)r * n + col));
     }
 }

@@ -156,8 +156,8 @@ pub(super) fn int4_half(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaL
     // A row-limited variant (stream, gemv) runs blocks of its `bm` rows, one launch each: rows are
     // independent in every variant, so each row's bits are those of any other split.
     let block = v.row_limit().unwrap_or(m);
-    // Zeroed: split-K variants keep their tile counters here and leave them at zero, so the blocks
-    // can share it; other variants never touch it.
+    // Zeroed: split-K variants keep their tile counters at its start, where they are for any rows,
+    // and leave them at zero, so the row blocks (the last one shorter) can share it.
     let len = v.workspace_len(block.min(m), *n);
     let mut workspace = if len == 0 { b.output::<f32>(1)? } else { s.alloc_zeros::<f32>(len)? };
     for start in (0..m).step_by(block) {

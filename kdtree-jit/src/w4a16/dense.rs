@@ -68,6 +68,22 @@ impl DenseVariant {
         }
     }
 
+    /// K elements per scale.
+    pub fn group_size(&self) -> usize {
+        match self {
+            DenseVariant::Tiles(v) => v.group_size as usize,
+            DenseVariant::Wgmma(v) => v.group_size as usize,
+        }
+    }
+
+    /// Rows of X per block: a tile's `bm`, wgmma's token tile.
+    pub fn block_rows(&self) -> usize {
+        match self {
+            DenseVariant::Tiles(v) => v.bm as usize,
+            DenseVariant::Wgmma(v) => v.bm as usize,
+        }
+    }
+
     /// The most rows one launch computes, if it is limited (stream and gemv tiles: their `bm`).
     pub fn row_limit(&self) -> Option<usize> {
         match self {
@@ -105,6 +121,14 @@ impl DenseVariant {
         match self {
             DenseVariant::Tiles(v) => w4a16::repack(v, w),
             DenseVariant::Wgmma(v) => wgmma::repack(v, w),
+        }
+    }
+
+    /// The weight back from its layout: the inverse of [`Self::repack`].
+    pub fn unpack(&self, d: &DeviceWeights, n: usize, k: usize) -> Result<QuantizedWeight> {
+        match self {
+            DenseVariant::Tiles(v) => w4a16::unpack(v, d, n, k),
+            DenseVariant::Wgmma(v) => wgmma::unpack(v, d, n, k),
         }
     }
 }
@@ -186,6 +210,38 @@ impl DenseKernel {
             DenseKernel::Tiles(kernel) => kernel.launch(gpu, m, n, k, b),
             DenseKernel::Wgmma(kernel) => kernel.launch(gpu, m, n, k, b),
         }
+    }
+
+    /// One GEMM from host data: repacks `w` into the variant's layout, uploads, launches and
+    /// returns Y ([m, n] bits of the activation dtype). For tests and correctness gates, not speed.
+    pub fn gemm_host(&self, gpu: &Gpu, x: &[u16], m: usize, w: &QuantizedWeight) -> Result<Vec<u16>> {
+        let v = self.variant();
+        let d = v.repack(w)?;
+        let s = &gpu.stream;
+        let (xd, packed, scales) = (s.clone_htod(x)?, s.clone_htod(&d.packed)?, s.clone_htod(&d.scales)?);
+        let mut y = s.alloc_zeros::<u16>(m * w.n)?;
+        let mut workspace = s.alloc_zeros::<f32>(v.workspace_len(m, w.n).max(1))?;
+        let b = GemmBuffers {
+            x: xd.as_view(),
+            packed: &packed,
+            scales: &scales,
+            y: y.as_view_mut(),
+            workspace: &mut workspace,
+        };
+        self.launch(gpu, m, w.n, w.k, b)?;
+        Ok(s.clone_dtoh(&y)?)
+    }
+}
+
+impl From<W4a16Kernel> for DenseKernel {
+    fn from(kernel: W4a16Kernel) -> DenseKernel {
+        DenseKernel::Tiles(kernel)
+    }
+}
+
+impl From<WgmmaKernel> for DenseKernel {
+    fn from(kernel: WgmmaKernel) -> DenseKernel {
+        DenseKernel::Wgmma(kernel)
     }
 }
 

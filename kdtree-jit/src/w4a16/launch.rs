@@ -3,9 +3,7 @@
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
-use kdtree_quant::QuantizedWeight;
-
-use crate::w4a16::layout::{lengths, repack};
+use crate::w4a16::layout::lengths;
 use crate::w4a16::rules::{TILE_N, shared_bytes};
 use crate::w4a16::{Algo, W4a16};
 use crate::{AxisValue, Compiled, Error, Gpu, Result, Variant, sys};
@@ -39,7 +37,9 @@ fn grid(v: &W4a16, m: usize, n: usize) -> (usize, usize, usize) {
     }
 }
 
-/// f32 elements of workspace a launch needs: the split-K partials and one counter per output tile.
+/// f32 elements of workspace a launch needs: one counter per output tile, then the split-K partials.
+/// The counters come first, so one workspace zeroed once serves every M up to the one it was sized
+/// for.
 pub fn workspace_len(v: &W4a16, m: usize, n: usize) -> usize {
     if v.split_k == 1 {
         return 0;
@@ -166,26 +166,6 @@ impl W4a16Kernel {
         // checked above to hold what the kernel indexes.
         unsafe { args.launch(cfg) }?;
         Ok(())
-    }
-
-    /// One GEMM from host data: repacks `w`, uploads, launches and returns Y ([m, n] bits of the
-    /// activation dtype). For tests and correctness gates, not for speed.
-    pub fn gemm_host(&self, gpu: &Gpu, x: &[u16], m: usize, w: &QuantizedWeight) -> Result<Vec<u16>> {
-        let v = &self.variant;
-        let d = repack(v, w)?;
-        let s = &gpu.stream;
-        let (xd, packed, scales) = (s.clone_htod(x)?, s.clone_htod(&d.packed)?, s.clone_htod(&d.scales)?);
-        let mut y = s.alloc_zeros::<u16>(m * w.n)?;
-        let mut workspace = s.alloc_zeros::<f32>(workspace_len(v, m, w.n).max(1))?;
-        let b = GemmBuffers {
-            x: xd.as_view(),
-            packed: &packed,
-            scales: &scales,
-            y: y.as_view_mut(),
-            workspace: &mut workspace,
-        };
-        self.launch(gpu, m, w.n, w.k, b)?;
-        Ok(s.clone_dtoh(&y)?)
     }
 }
 

@@ -3,12 +3,10 @@
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
-use kdtree_quant::QuantizedWeight;
-
 use crate::w4a16::GemmBuffers;
 use crate::w4a16::launch::{allow_shared, check_name, short_buffer};
 use crate::w4a16::wgmma::rules::{WARPGROUP_N, shared_bytes, static_bytes};
-use crate::w4a16::wgmma::{W4a16Wgmma, lengths, repack};
+use crate::w4a16::wgmma::{W4a16Wgmma, lengths};
 use crate::{Cache, Compiled, Error, Gpu, Result, Variant, compile_variant};
 
 /// (token tiles, feature tiles of the block): token tiles vary fastest, so blocks that read the
@@ -17,8 +15,9 @@ fn grid(v: &W4a16Wgmma, m: usize, n: usize) -> (usize, usize) {
     (m.div_ceil(v.bm as usize), n.div_ceil(v.bn as usize))
 }
 
-/// f32 elements of the workspace (of [`GemmBuffers`]) `v` needs for M = `m`: split-K's [split][M][N] partials and one
-/// counter per block; none without split-K.
+/// f32 elements of the workspace (of [`GemmBuffers`]) `v` needs for M = `m`: one counter per block,
+/// then split-K's [split][M][N] partials; none without split-K. The counters come first, so one
+/// workspace zeroed once serves every M up to the one it was sized for.
 pub fn workspace_len(v: &W4a16Wgmma, m: usize, n: usize) -> usize {
     if v.split_k == 1 {
         return 0;
@@ -112,25 +111,6 @@ impl WgmmaKernel {
         unsafe { args.launch(cfg) }?;
         Ok(())
     }
-
-    /// One GEMM from host data: repacks `w`, uploads, launches and returns Y ([m, n] bits of the
-    /// activation dtype). For tests, not for speed.
-    pub fn gemm_host(&self, gpu: &Gpu, x: &[u16], m: usize, w: &QuantizedWeight) -> Result<Vec<u16>> {
-        let d = repack(&self.variant, w)?;
-        let s = &gpu.stream;
-        let (xd, packed, scales) = (s.clone_htod(x)?, s.clone_htod(&d.packed)?, s.clone_htod(&d.scales)?);
-        let mut y = s.alloc_zeros::<u16>(m * w.n)?;
-        let mut workspace = s.alloc_zeros::<f32>(workspace_len(&self.variant, m, w.n).max(1))?;
-        let b = GemmBuffers {
-            x: xd.as_view(),
-            packed: &packed,
-            scales: &scales,
-            y: y.as_view_mut(),
-            workspace: &mut workspace,
-        };
-        self.launch(gpu, m, w.n, w.k, b)?;
-        Ok(s.clone_dtoh(&y)?)
-    }
 }
 
 #[cfg(test)]
@@ -144,7 +124,7 @@ mod tests {
         assert!(!supports(&v, 16, 100, 96), "K not a multiple of 64");
         assert!(!supports(&v, 0, 100, 128));
         assert_eq!(grid(&v, 300, 18432), (3, 144));
-        // Two splits of 300 x 18432 partials, then a counter per block.
+        // A counter per block, then two splits of 300 x 18432 partials.
         assert_eq!(workspace_len(&v, 300, 18432), 2 * 300 * 18432 + 3 * 144);
         assert_eq!(workspace_len(&W4a16Wgmma { split_k: 1, ..v }, 300, 18432), 0);
     }

@@ -16,13 +16,14 @@
 //!
 //! ```no_run
 //! use kdtree_jit::{Gpu, Variant};
+//! use kdtree_jit::w4a16::dense::DenseKernel;
 //! use kdtree_jit::w4a16::wgmma::{W4a16Wgmma, WgmmaKernel};
 //! use kdtree_quant::{Dtype, QuantizedWeight};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let v = W4a16Wgmma::from_name("w4a16_wgmma_bf16_g32_m128n128k128_s4_sk1_f32acc").expect("in the space");
 //! let gpu = Gpu::open(0)?;
-//! let kernel = WgmmaKernel::compile(&gpu, v, None)?; // for sm_90a
+//! let kernel = DenseKernel::from(WgmmaKernel::compile(&gpu, v, None)?); // for sm_90a
 //! let (m, n, k) = (100, 256, 512);
 //! let w: Vec<f32> = (0..n * k).map(|i| (i % 13) as f32 - 6.0).collect();
 //! let qw = QuantizedWeight::quantize(&w, n, k, 32, Dtype::Bf16)?;
