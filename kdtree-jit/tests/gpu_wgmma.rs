@@ -35,7 +35,7 @@ struct Device {
     packed: cudarc::driver::CudaSlice<u32>,
     scales: cudarc::driver::CudaSlice<u16>,
     y: cudarc::driver::CudaSlice<u16>,
-    /// Zeroed once, for the largest split-K of `kernels`: each leaves its counters at zero.
+    /// Sized for the largest split-K of `kernels`, zeroed before each run: the counters grow with M.
     workspace: cudarc::driver::CudaSlice<f32>,
 }
 
@@ -66,6 +66,7 @@ impl Device {
 
     fn run(&mut self, gpu: &Gpu, kernel: &WgmmaKernel, m: usize, n: usize, k: usize) -> Vec<u16> {
         gpu.stream.memcpy_htod(&vec![u16::MAX; m * n], &mut self.y.slice_mut(..m * n)).unwrap();
+        gpu.stream.memset_zeros(&mut self.workspace).unwrap();
         self.launch(gpu, kernel, m, n, k);
         gpu.stream.clone_dtoh(&self.y.slice(..m * n)).unwrap()
     }

@@ -3,8 +3,9 @@
 // order (float atomics would make the result depend on timing) and writes Y.
 // Workspace: one u32 counter per output tile (per block of a split), then [SPLIT_K][M][N] partials.
 // Counters must be zero before the first launch; the reducing block sets its counter back to 0.
-// They come first so that their place does not depend on M: a workspace sized and zeroed once for
-// the largest product serves every smaller one (the engine's row blocks, a test's several M).
+// They come first so that a row-limited kernel's (one per 64-column tile, whatever M) stay in place
+// across M: its workspace, zeroed once, serves every M up to its size (the engine's row blocks). A
+// 2D-tiled kernel's counters grow with M and the partials follow them: zero them before each M.
 
 // Call with every thread of the block, after the block's partial stores.
 // Returns true in the block that must reduce the tile.

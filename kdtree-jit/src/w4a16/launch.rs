@@ -38,8 +38,9 @@ fn grid(v: &W4a16, m: usize, n: usize) -> (usize, usize, usize) {
 }
 
 /// f32 elements of workspace a launch needs: one counter per output tile, then the split-K partials.
-/// The counters come first, so one workspace zeroed once serves every M up to the one it was sized
-/// for.
+/// The counters come first: gemv and stream keep one per 64-column tile, whatever M, so one
+/// workspace zeroed once serves them at every M up to its size; mma's grow with M (zero again
+/// before a launch of another M).
 pub fn workspace_len(v: &W4a16, m: usize, n: usize) -> usize {
     if v.split_k == 1 {
         return 0;

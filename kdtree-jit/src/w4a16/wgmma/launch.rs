@@ -16,8 +16,8 @@ fn grid(v: &W4a16Wgmma, m: usize, n: usize) -> (usize, usize) {
 }
 
 /// f32 elements of the workspace (of [`GemmBuffers`]) `v` needs for M = `m`: one counter per block,
-/// then split-K's [split][M][N] partials; none without split-K. The counters come first, so one
-/// workspace zeroed once serves every M up to the one it was sized for.
+/// then split-K's [split][M][N] partials; none without split-K. Their number grows with M, and
+/// the partials start after them: zero the counters again before a launch of another M.
 pub fn workspace_len(v: &W4a16Wgmma, m: usize, n: usize) -> usize {
     if v.split_k == 1 {
         return 0;
