@@ -9,7 +9,9 @@ use crate::error::{EngineError, Result};
 
 /// At every depth the true token (greedy decoding's) is ranked first with probability `p`; otherwise
 /// it is ranked r = 2, 3, ... with probability proportional to 2^-(r - 1), or left out when the list
-/// is shorter. The other entries are distinct wrong tokens. Each rank carries its marginal as its
+/// is shorter. The other entries are distinct wrong tokens: consecutive ids from a random start, the
+/// truth skipped, so that a list of a hundred costs a round no more than a real drafter's top-k (a
+/// random-weight target has no relation between neighbouring ids). Each rank carries its marginal as its
 /// probability, q(1) = p and q(r) = (1 - p) 2^-(r - 1), so the draft is calibrated: a tree's expected
 /// acceptance under the drafter's q is the one the target shows. A rank of probability 0 (the first at
 /// p = 0, the others at p = 1) is not proposed.
@@ -59,21 +61,13 @@ impl NoisyOracle {
         };
         // Wrong tokens are all but the truth: a list without the truth holds at most vocab - 1.
         let n = if truth.is_some() && rank.is_none() { n.min(self.vocab - 1) } else { n };
-        let mut tokens = Vec::with_capacity(n);
-        // Membership in a set: lists of a few hundred make a linear scan per draw a round's cost.
-        let mut taken = std::collections::HashSet::with_capacity(n);
-        while tokens.len() < n {
-            if Some(tokens.len()) == rank {
-                tokens.extend(truth);
-                continue;
-            }
-            let t = ((draw() * self.vocab as f64) as u32).min(self.vocab as u32 - 1);
-            if Some(t) != truth && taken.insert(t) {
-                tokens.push(t);
-            }
-        }
-        let q = |r: usize| if r == 0 { self.p } else { (1.0 - self.p) * 0.5f64.powi(r as i32) };
-        tokens.into_iter().enumerate().map(|(r, token)| Choice { token, log_prob: q(r).ln() as f32 }).collect()
+        let start = (draw() * self.vocab as f64) as usize;
+        let mut wrong = (start..).map(|i| (i % self.vocab) as u32).filter(|&t| Some(t) != truth);
+        let tokens = (0..n).filter_map(|r| if Some(r) == rank { truth } else { wrong.next() });
+        // log q(r), in logs: one `ln` per list, not per rank.
+        let (first, rest) = (self.p.ln(), (1.0 - self.p).ln());
+        let log_q = |r: usize| if r == 0 { first } else { rest - r as f64 * std::f64::consts::LN_2 };
+        tokens.enumerate().map(|(r, token)| Choice { token, log_prob: log_q(r) as f32 }).collect()
     }
 }
 
