@@ -39,9 +39,12 @@ fn list_json_holds_the_valid_variants_and_all_adds_the_invalid_with_reasons() {
 }
 
 #[test]
-fn render_prints_the_source_and_rejects_unknown_names() {
-    let name = W4a16::valid(&Target { arch: Arch(120) })[0].name();
-    assert!(stdout(&kdtree_jit(&["render", &name])).contains(&format!(" {name}(")));
+fn render_prints_the_source_of_either_family_and_rejects_unknown_names() {
+    let tiles = W4a16::valid(&Target { arch: Arch(120) })[0].name();
+    let wgmma = "w4a16_wgmma_bf16_g32_m128n128k128_s4_sk1_f32acc";
+    for name in [tiles.as_str(), wgmma] {
+        assert!(stdout(&kdtree_jit(&["render", name])).contains(&format!(" {name}(")), "{name}");
+    }
     let unknown = kdtree_jit(&["render", "w4a16_nope"]);
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("`w4a16_nope` is not a w4a16 variant"));
