@@ -7,7 +7,10 @@
 //! - `bn`: features per block, 64 per consumer warpgroup (the instruction's 64 rows): 1 or 2
 //!   warpgroups sharing one X tile.
 //! - `bk`: K per pipeline stage, whole 64-deep weight chunks (one 16-byte vector a thread each).
-//! - `stages`: cp.async pipeline depth.
+//! - `stages`: shared-memory stages. At 4 with `bk` 128, a stage's last wgmmas keep running into
+//!   the next stage's dequantize, and loads run 2 ahead; otherwise loads run `stages - 1` ahead and
+//!   the tensor cores wait at each stage's end (with one chunk a stage, the next stage's fragments
+//!   would overwrite the registers those wgmmas read). 3 stages were measured and never won.
 //! - `split_k`: blocks along K, summed in split order through a workspace: Kimi K2's 18432-feature
 //!   weights give 144 blocks of 128 features, two waves on 132 SMs, the second nearly empty.
 //! - `acc = f32`: the only value (wgmma's f32 accumulators), kept as an axis so that names read as
@@ -36,7 +39,7 @@ crate::variant_space! {
             bn: u32 = [64, 128],
             /// K per pipeline stage
             bk: u32 = [64, 128],
-            /// cp.async pipeline depth
+            /// shared-memory stages (4 overlaps the wgmmas across stages at bk 128)
             stages: u32 = [2, 4],
             /// blocks along K
             split_k: u32 = [1, 2, 4],
