@@ -11,10 +11,10 @@ use crate::error::{EngineError, Result};
 /// it is ranked r = 2, 3, ... with probability proportional to 2^-(r - 1), or left out when the list
 /// is shorter. The other entries are distinct wrong tokens: consecutive ids from a random start, the
 /// truth skipped, so that a list of a hundred costs a round no more than a real drafter's top-k (a
-/// random-weight target has no relation between neighbouring ids). Each rank carries its marginal as its
-/// probability, q(1) = p and q(r) = (1 - p) 2^-(r - 1), so the draft is calibrated: a tree's expected
-/// acceptance under the drafter's q is the one the target shows. A rank of probability 0 (the first at
-/// p = 0, the others at p = 1) is not proposed.
+/// random-weight target has no relation between neighbouring ids). Each rank carries its marginal
+/// as its probability, q(1) = p and q(r) = (1 - p) 2^-(r - 1), so the draft is calibrated: a tree's
+/// expected acceptance under the drafter's q is the one the target shows. A rank of probability 0
+/// (the first at p = 0, the others at p = 1) is not proposed.
 ///
 /// The draws are keyed by (seed, context length, depth), not by call order, so two methods that reach
 /// the same context see the same proposals.
