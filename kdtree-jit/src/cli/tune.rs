@@ -29,8 +29,8 @@ accepts and what can compute the shape (gemv and stream only up to their rows); 
 more rows than M (mma tiles above max(16, M), stream and gemv blocks above 4 M, M rounded up to a
 power of two); no split-K once the grid alone is four waves of the SMs deep; no variant whose
 compilation failed before with the same arch, NVRTC and templates (--retry-failed tries again). For
-the kimi-k2 preset on an H200 this leaves 51 to 120 of the 246 valid bf16 group-32 variants (135
-tiles, 111 wgmma for sm_90a) per (shape, M), 2596 in all; the whole preset, compiling them on 16
+the kimi-k2 preset on an H200 this leaves 51 to 120 of the 288 valid bf16 group-32 variants (135
+tiles, 153 wgmma for sm_90a) per (shape, M), 2584 in all; the whole preset, compiling them on 16
 cores included, takes about 25 s.
 
 kimi-k2-moe tunes grouped MoE steps instead: per routing and T (tokens of a forward: 1, 2, 4, ...,

@@ -4,8 +4,8 @@
 //! - `bm`: tokens per block, the instruction's N (m64n{bm}k16): 16..256. A block dequantizes each
 //!   weight once for all of its `bm` tokens, so larger tiles do less ALU work per flop; each thread
 //!   holds `bm / 2` f32 accumulators.
-//! - `bn`: features per block, 64 per consumer warpgroup (the instruction's 64 rows): 1 or 2
-//!   warpgroups sharing one X tile.
+//! - `bn`: features per block, 64 per consumer warpgroup (the instruction's 64 rows): 1, 2 or 4
+//!   warpgroups sharing one X tile (4: the X tile is read from L2 once per 256 features).
 //! - `bk`: K per pipeline stage, whole 64-deep weight chunks (one 16-byte vector a thread each).
 //! - `stages`: shared-memory stages. At 4 with `bk` 128, a stage's last wgmmas keep running into
 //!   the next stage's dequantize, and loads run 2 ahead; otherwise loads run `stages - 1` ahead and
@@ -36,7 +36,7 @@ crate::variant_space! {
             /// tokens per block: the wgmma instruction's N
             bm: u32 = [16, 32, 64, 128, 256],
             /// features per block: 64 per consumer warpgroup
-            bn: u32 = [64, 128],
+            bn: u32 = [64, 128, 256],
             /// K per pipeline stage
             bk: u32 = [64, 128],
             /// shared-memory stages (4 overlaps the wgmmas across stages at bk 128)
