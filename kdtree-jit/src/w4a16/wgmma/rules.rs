@@ -54,7 +54,8 @@ pub fn check(v: &W4a16Wgmma, target: &Target) -> Result<(), Invalid> {
             v.bm
         ));
     }
-    if !v.bn.is_multiple_of(WARPGROUP_N) || ![1, 2, 4].contains(&(v.bn / WARPGROUP_N)) {
+    let warpgroups = v.bn / WARPGROUP_N;
+    if !v.bn.is_multiple_of(WARPGROUP_N) || ![1, 2, 4].contains(&warpgroups) {
         return incompatible(format!("bn = {} must be 64, 128 or 256: 1, 2 or 4 warpgroups of 64 features", v.bn));
     }
     if !(v.bk as usize).is_multiple_of(CHUNK_K) || v.bk == 0 {
@@ -68,14 +69,14 @@ pub fn check(v: &W4a16Wgmma, target: &Target) -> Result<(), Invalid> {
     }
     // A 512-thread block has 128 registers a thread: bm / 2 sums and the in-flight fragments fit up
     // to bm 128 with one chunk a stage (bm 128 with two spilled 72 bytes with NVRTC 13.5).
-    if v.bn / WARPGROUP_N == 4 && (v.bm > 128 || (v.bm == 128 && v.bk > CHUNK_K as u32)) {
+    if warpgroups == 4 && (v.bm > 128 || (v.bm == 128 && v.bk as usize > CHUNK_K)) {
         return incompatible(format!(
             "4 warpgroups leave 128 registers a thread: bm = {} with bk = {} spills (at most bm 64, or 128 \
              with bk 64)",
             v.bm, v.bk
         ));
     }
-    let copies = v.bm * v.bk / 8 / (v.bn / WARPGROUP_N * 128);
+    let copies = v.bm * v.bk / 8 / (warpgroups * 128);
     if copies > MAX_X_COPIES {
         return incompatible(format!(
             "each thread would copy {copies} 16-byte pieces of X a stage: their addresses and {} sums \
