@@ -56,6 +56,7 @@ pub mod compile;
 pub mod cublas;
 pub mod error;
 pub mod kernel;
+pub mod mla;
 pub mod probe;
 pub mod render;
 mod runtime;
