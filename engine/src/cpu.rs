@@ -5,8 +5,10 @@
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::model::{KvCache, Routing, route};
-use crate::ops::cpu::{self, AttentionShape};
-use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvStore, RopeLayout, RopeSpan};
+use kdtree_jit::mla::reference as mla;
+
+use crate::ops::cpu;
+use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeLayout, RopeSpan};
 
 /// The reference backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -104,6 +106,32 @@ impl CpuExperts {
     }
 }
 
+/// A layer's `kv_b_proj` in f32 (widened exactly, INT4 dequantized), `[heads * (nope + v), latent]`.
+#[derive(Clone, Debug)]
+pub struct CpuAbsorb(pub(crate) Vec<f32>);
+
+impl CpuAbsorb {
+    pub(crate) fn new(name: &str, kv_b: &HostLinear, h: Heads) -> Result<CpuAbsorb> {
+        if kv_b.n() != h.heads * (h.nope + h.v) || kv_b.k() != h.latent {
+            return Err(shape_error(
+                "absorb",
+                format!("{name} is [{}, {}], MLA needs [{}, {}]", kv_b.n(), kv_b.k(), h.heads * (h.nope + h.v), h.latent),
+            ));
+        }
+        Ok(CpuAbsorb(kv_b.dequantized().to_f32()))
+    }
+}
+
+/// The reference's absorbed attention as a backend runs it: queries moved into latent space and
+/// rounded to the cache's dtype (as the GPU's tensor cores take them), attention over the cache's
+/// entries, outputs moved back. `[n, heads, v]`.
+pub(crate) fn absorbed_attention(q: &[f32], entries: &[f32], past: usize, mask: &TreeMask, h: Heads, kv_b: &[f32]) -> Vec<f32> {
+    let s = h.mla();
+    let mut q_lat = mla::absorb_query(q, kv_b, &s);
+    q_lat.iter_mut().for_each(|x| *x = h.kv.round(*x));
+    mla::unabsorb_output(&mla::attention(&q_lat, entries, past, &mask.to_new_mask(), &s), kv_b, &s)
+}
+
 fn shape_error(op: &str, reason: String) -> EngineError {
     EngineError::InvalidArgument(format!("{op}: {reason}"))
 }
@@ -135,6 +163,7 @@ impl Backend for CpuBackend {
     type Experts = CpuExperts;
     type Batch = CpuBatch;
     type Cache = KvCache;
+    type Absorb = CpuAbsorb;
 
     fn describe(&self) -> String {
         "cpu".into()
@@ -152,7 +181,15 @@ impl Backend for CpuBackend {
         Ok(CpuExperts { routing: e.routing, router: e.router, bias: e.bias, experts: e.experts })
     }
 
-    fn new_cache(&self, layers: usize, heads: Heads) -> KvCache {
+    fn absorb(&self, name: &str, kv_b: &HostLinear, heads: Heads) -> Result<CpuAbsorb> {
+        CpuAbsorb::new(name, kv_b, heads)
+    }
+
+    fn kv_dtype(&self, f32_weights: bool) -> KvDtype {
+        if f32_weights { KvDtype::F32 } else { KvDtype::Bf16 }
+    }
+
+    fn new_cache(&self, layers: usize, heads: Heads, _max_tokens: usize) -> KvCache {
         KvCache::new(layers, heads)
     }
 
@@ -231,37 +268,41 @@ impl Backend for CpuBackend {
         &self,
         cache: &mut KvCache,
         layer: usize,
-        kv: &CpuTensor,
+        latent: &CpuTensor,
         k_rope: &CpuTensor,
         _: &CpuBatch,
     ) -> Result<()> {
-        let Heads { heads, nope, rope, v: vd, .. } = cache.heads();
-        if kv.cols != heads * (nope + vd) || k_rope.cols != rope || kv.rows() != k_rope.rows() {
-            return Err(shape_error("kv_append", format!("kv rows of {}, k_rope rows of {}", kv.cols, k_rope.cols)));
+        let h = cache.heads();
+        if latent.cols != h.latent || k_rope.cols != h.rope || latent.rows() != k_rope.rows() {
+            return Err(shape_error(
+                "kv_append",
+                format!("latent rows of {}, k_rope rows of {} (want {} and {})", latent.cols, k_rope.cols, h.latent, h.rope),
+            ));
         }
-        let n = kv.rows();
-        let (mut k, mut v) = (Vec::with_capacity(n * heads * (nope + rope)), Vec::with_capacity(n * heads * vd));
-        for (row, r) in kv.data.chunks_exact(kv.cols).zip(k_rope.data.chunks_exact(rope.max(1))) {
-            for head in row.chunks_exact(nope + vd) {
-                k.extend_from_slice(&head[..nope]);
-                k.extend_from_slice(&r[..rope]);
-                v.extend_from_slice(&head[nope..]);
-            }
-        }
-        cache.append(layer, &k, &v);
+        let entries = latent.data.chunks_exact(h.latent.max(1)).zip(k_rope.data.chunks_exact(h.rope.max(1)));
+        cache.append(layer, entries.flat_map(|(c, r)| c.iter().chain(&r[..h.rope]).copied()).collect::<Vec<_>>());
         Ok(())
     }
 
-    fn attention(&self, q: &CpuTensor, cache: &KvCache, layer: usize, batch: &CpuBatch) -> Result<CpuTensor> {
+    fn attention(
+        &self,
+        q: &CpuTensor,
+        cache: &KvCache,
+        layer: usize,
+        batch: &CpuBatch,
+        kv_b: &CpuAbsorb,
+    ) -> Result<CpuTensor> {
         let h = cache.heads();
-        let shape = AttentionShape { heads: h.heads, qk_dim: h.qk(), v_dim: h.v, scale: h.scale };
-        let kv = cache.layer(layer);
-        let past = cache.len();
-        let n = batch.mask.len();
-        if q.data.len() != n * h.heads * h.qk() || kv.k.len() != (past + n) * h.heads * h.qk() {
-            return Err(shape_error("attention", format!("q of {} values for {n} new entries", q.data.len())));
+        let (past, n) = (cache.len(), batch.mask.len());
+        let entries = cache.layer(layer);
+        if q.data.len() != n * h.heads * h.qk() || entries.len() != (past + n) * h.width() {
+            return Err(shape_error(
+                "attention",
+                format!("q of {} values, a layer of {} values, for {n} new entries after {past}", q.data.len(), entries.len()),
+            ));
         }
-        Ok(CpuTensor { data: cpu::attention(&q.data, &kv.k, &kv.v, past, &batch.mask, shape), cols: h.heads * h.v })
+        let o = absorbed_attention(&q.data, entries, past, &batch.mask, h, &kv_b.0);
+        Ok(CpuTensor { data: o, cols: h.heads * h.v })
     }
 
     fn moe(&self, x: &CpuTensor, e: &CpuExperts) -> Result<CpuTensor> {

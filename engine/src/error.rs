@@ -52,6 +52,12 @@ pub enum EngineError {
     #[error("position {position} is beyond the rotary table of {max} positions")]
     PositionOutOfRange { position: usize, max: usize },
 
+    #[error(
+        "the KV cache cannot hold {tokens} tokens: at {bytes_per_token} bytes a token (every layer's latent entry), \
+         its budget of {budget} bytes holds at most {max} (raise the budget, or shorten the context)"
+    )]
+    KvCacheFull { tokens: usize, max: usize, bytes_per_token: usize, budget: usize },
+
     #[error("{prompt} prompt tokens and {max_new} new tokens do not fit the context of {context} positions: {limit}")]
     ContextExceeded { prompt: usize, max_new: usize, context: usize, limit: String },
 

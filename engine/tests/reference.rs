@@ -3,6 +3,7 @@
 //! and the command that made them.
 
 use kdtree_engine::Model;
+use kdtree_engine::registry::KvDtype;
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 
 #[derive(serde::Deserialize)]
@@ -17,7 +18,25 @@ struct Fixture {
     logits: Vec<Vec<f64>>,
 }
 
+/// The bound on the largest logit difference, as a share of the logits' scale, by KV dtype. f32:
+/// f32 activations and accumulation against float64 throughout; the differences measured 5e-7 of
+/// the logits' scale, and 1e-4 leaves room yet catches structural slips (rotating half-split instead
+/// of interleaved pairs moves the logits by 0.7 of their scale). bf16: each cached entry and each
+/// absorbed query is rounded to bf16 (2^-9 relative), through two layers; measured 3.8e-3 to 4.9e-3.
+fn bound(kv: KvDtype) -> f64 {
+    match kv {
+        KvDtype::F32 => 1e-4,
+        KvDtype::Bf16 => 1e-2,
+    }
+}
+
 fn check(json: &str) {
+    for kv in [KvDtype::F32, KvDtype::Bf16] {
+        check_with(json, kv);
+    }
+}
+
+fn check_with(json: &str, kv: KvDtype) {
     let f: Fixture = serde_json::from_str(json).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let spec = TinySpec {
@@ -28,13 +47,11 @@ fn check(json: &str) {
         ..TinySpec::default()
     };
     write_tiny_model(dir.path(), &spec).unwrap();
-    let model = Model::load(dir.path()).unwrap();
+    let mut model = Model::load(dir.path()).unwrap();
+    model.set_kv_dtype(kv).unwrap();
     let positions: Vec<usize> = (0..f.prompt.len()).collect();
     let ours = model.forward(&mut model.new_cache(), &f.prompt, &positions, None).unwrap();
     let vocab = model.config.vocab_size;
-    // f32 activations and accumulation against float64 throughout: the differences measured 5e-7
-    // of the logits' scale; 1e-4 leaves room and still catches structural slips (rotating
-    // half-split instead of interleaved pairs moves the logits by 0.7 of their scale).
     let scale = f.logits.iter().flatten().fold(0f64, |m, v| m.max(v.abs()));
     let mut worst = 0f64;
     for (t, row) in f.logits.iter().enumerate() {
@@ -42,7 +59,7 @@ fn check(json: &str) {
             worst = worst.max((ours[t * vocab + j] as f64 - expect).abs() / scale);
         }
     }
-    assert!(worst < 1e-4, "largest difference {worst:e} of the logits' scale {scale}");
+    assert!(worst < bound(kv), "{kv:?} cache: largest difference {worst:e} of the logits' scale {scale}");
 }
 
 #[test]

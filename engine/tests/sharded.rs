@@ -93,13 +93,8 @@ fn the_log_counts_one_forwards_collectives() {
     // Output features of every linear of a layer's attention (q_a, q_b, kv_a, kv_b, o_proj), of a
     // dense MLP and of the shared experts (gate_up, down).
     let heads = c.num_attention_heads;
-    let attn = [
-        c.q_lora_rank.unwrap(),
-        heads * c.qk_head_dim(),
-        c.kv_lora_rank + c.qk_rope_head_dim,
-        heads * (c.qk_nope_head_dim + c.v_head_dim),
-        h,
-    ];
+    // kv_b_proj is no linear of its own: absorbed attention applies it inside the attention op.
+    let attn = [c.q_lora_rank.unwrap(), heads * c.qk_head_dim(), c.kv_lora_rank + c.qk_rope_head_dim, h];
     let moe_layers = (0..c.num_hidden_layers).filter(|&i| c.is_moe_layer(i)).count();
     let dense_layers = c.num_hidden_layers - moe_layers;
     let mlp = |inter: usize| [2 * inter, h];

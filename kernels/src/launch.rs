@@ -171,48 +171,6 @@ pub unsafe fn rope_strided(
     half_split: bool,
 );
 
-/// Writes `n` tokens' keys (`kv`'s nope part per head, then `k_rope`) and values to cache rows
-/// `start..start + n`, `start` read from the device (`start[0]`); rows at or past `capacity` are skipped.
-#[kernel(file = "cuda/kv_append.cu", grid = (n, heads), block = 128)]
-pub unsafe fn kv_append(
-    kv: &CudaSlice<f32>,
-    k_rope: &CudaSlice<f32>,
-    k_cache: &mut CudaSlice<f32>,
-    v_cache: &mut CudaSlice<f32>,
-    n: u32,
-    heads: u32,
-    nope: u32,
-    rope: u32,
-    vd: u32,
-    start: &CudaSlice<u32>,
-    capacity: u32,
-);
-
-/// Tree attention of `n` queries over `past[0]` cached entries (read from the device) and the new ones
-/// `mask` shows them; the dynamic shared memory holds one row's list of visible new tokens. Nothing is
-/// written when `past[0] + n` exceeds `capacity`.
-#[kernel(
-    template = "cuda/attention.cu.tera",
-    params(WARPS = 4),
-    grid = (n, heads),
-    block = 128,
-    shared = 4 * n
-)]
-pub unsafe fn attention_tree(
-    q: &CudaSlice<f32>,
-    k_cache: &CudaSlice<f32>,
-    v_cache: &CudaSlice<f32>,
-    mask: &CudaSlice<u32>,
-    out: &mut CudaSlice<f32>,
-    n: u32,
-    past: &CudaSlice<u32>,
-    capacity: u32,
-    heads: u32,
-    qk: u32,
-    vd: u32,
-    scale: f32,
-);
-
 /// DeepSeek-V3's `noaux_tc` router, one warp per token.
 #[kernel(file = "cuda/route.cu", grid = tokens, block = 32)]
 pub unsafe fn route_noaux_tc(
@@ -277,7 +235,7 @@ pub unsafe fn moe_combine_sorted_bf16(
 pub unsafe fn count_nonfinite(x: &CudaSlice<f32>, count: &mut CudaSlice<u32>, n: u32);
 
 /// This crate's kernels; naming them also links their registrations into the program.
-pub fn all() -> [&'static KernelDef; 27] {
+pub fn all() -> [&'static KernelDef; 25] {
     [
         &rmsnorm::KERNEL,
         &silu_mul::KERNEL,
@@ -299,8 +257,6 @@ pub fn all() -> [&'static KernelDef; 27] {
         &silu_mul_halves_f32::KERNEL,
         &silu_mul_halves_bf16::KERNEL,
         &rope_strided::KERNEL,
-        &kv_append::KERNEL,
-        &attention_tree::KERNEL,
         &route_noaux_tc::KERNEL,
         &moe_combine::KERNEL,
         &moe_combine_sorted_bf16::KERNEL,

@@ -21,8 +21,6 @@
 //! | [`copy_cols`], [`gather_rows_u16`], [`gather_rows_f32`], [`scatter_rows_bf16_to_f32`] | `cuda/rows.cu` | a block per row, 16-byte accesses |
 //! | [`embedding_bf16`] | `cuda/embedding.cu` | a block per id |
 //! | [`rope_strided`] | `cuda/rope_strided.cu` | a thread per rotated pair |
-//! | [`kv_append`] | `cuda/kv_append.cu` | a block per (token, head) |
-//! | [`attention_tree`] | `cuda/attention.cu.tera` (`WARPS = 4`) | a block per (query, head), a running softmax per warp |
 //! | [`route_noaux_tc`] | `cuda/route.cu` | a warp per token |
 //! | [`moe_combine`] | `cuda/moe_combine.cu` | a block per token, float4 |
 //! | [`moe_combine_sorted_bf16`] | `cuda/moe_combine.cu` | a block per token, the slots' rows found through `positions` |
@@ -48,7 +46,6 @@ pub mod ops;
 pub mod shape;
 
 pub use error::{Error, Result};
-pub use ops::attention::{AttentionShape, KvLayout, attention_tree, kv_append, mask_words};
 pub use ops::cast::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use ops::elementwise::{add_assign, silu_mul_halves_bf16, silu_mul_halves_f32};
 pub use ops::finite::count_nonfinite;

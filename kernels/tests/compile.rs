@@ -31,8 +31,6 @@ fn every_kernel_is_registered_and_compiles_for_sm90_and_sm120() {
             "silu_mul_halves_f32",
             "silu_mul_halves_bf16",
             "rope_strided",
-            "kv_append",
-            "attention_tree",
             "route_noaux_tc",
             "moe_combine",
             "moe_combine_sorted_bf16",

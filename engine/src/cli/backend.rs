@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels, Plan, Source};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, KvBudget, Mode, MoeKernels, Plan, Source};
 use kdtree_engine::registry::{BackendKind, Selection, select};
 use kdtree_engine::table::table;
 use kdtree_jit::Variant;
@@ -60,6 +60,30 @@ pub struct BackendArgs {
     /// the DB's entries and the default variant for the rest. Ignored on the CPU.
     #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = seconds, allow_negative_numbers = true)]
     pub tune_budget: Duration,
+    /// What the KV cache's pages may take on the GPU: a fraction of the memory free after the
+    /// weights (0.9) or bytes with a unit (40GiB, 512MiB). The most tokens that fit is printed at
+    /// startup; a longer context is an error naming this bound. Ignored on the CPU.
+    #[arg(long, value_name = "FRACTION|BYTES", default_value = "0.9", value_parser = kv_budget)]
+    pub kv_memory: KvBudget,
+}
+
+/// `--kv-memory`: a fraction in (0, 1], or a whole number of bytes with an optional KiB/MiB/GiB unit.
+fn kv_budget(s: &str) -> Result<KvBudget, String> {
+    let bad = || format!("`{s}` is neither a fraction in (0, 1] nor bytes such as 40GiB");
+    if let Ok(f) = s.parse::<f64>()
+        && s.contains('.')
+    {
+        return if f > 0.0 && f <= 1.0 { Ok(KvBudget::FreeFraction(f)) } else { Err(bad()) };
+    }
+    let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let scale: usize = match unit {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    digits.parse::<usize>().ok().and_then(|n| n.checked_mul(scale)).filter(|&b| b > 0).map(KvBudget::Bytes).ok_or_else(bad)
 }
 
 impl BackendArgs {
@@ -70,7 +94,8 @@ impl BackendArgs {
         let mode = if self.fast { Mode::Fast } else { Mode::Exact { m: self.exact_variant_m.unwrap_or(default_m) } };
         let tuning_db = self.tuning_db.clone().unwrap_or_else(TuningDb::default_path);
         let moe = if self.per_expert_moe { MoeKernels::PerExpert } else { MoeKernels::Grouped(self.grouped_variant) };
-        let options = CudaOptions { ordinal: self.gpu, tuning_db, mode, moe, graphs: !self.no_graphs };
+        let options =
+            CudaOptions { ordinal: self.gpu, tuning_db, mode, moe, graphs: !self.no_graphs, kv_budget: self.kv_memory };
         Ok(match select(self.backend, || CudaBackend::open(&options))? {
             Selection::Cpu { note } => {
                 if let Some(note) = note {

@@ -3,8 +3,9 @@
 //!
 //! A replay changes only the data in the buffers of its batch: token ids, positions, the mask and the
 //! cache's length, which the KV append and attention read from the device for this reason. Every
-//! address recorded must stay put: the weights (fixed once loaded), the cache's layers (a cache that
-//! grows drops its graphs, [`super::CudaKv::reserve`]), the graph's own batch and output buffers, and
+//! address recorded must stay put: the weights (fixed once loaded), the cache's page table (which
+//! growth writes new pages into without moving, [`super::CudaKv::reserve`]), the graph's own batch
+//! and output buffers, and
 //! the activations, which the graph allocates and frees itself (the stream-ordered allocations of a
 //! captured forward become the graph's memory nodes). So graphs live in the cache they were recorded
 //! from, and a model's forward enqueues the same work for every batch of one size (see
@@ -42,11 +43,6 @@ pub struct Graphs {
 }
 
 impl Graphs {
-    /// Forgets every graph: the cache's buffers they read have moved.
-    pub(super) fn clear(&mut self) {
-        self.recorded.clear();
-    }
-
     /// How many sizes are recorded.
     pub fn recorded(&self) -> usize {
         self.recorded.len()
@@ -75,7 +71,7 @@ where
     F: FnOnce(&mut CudaKv, &CudaBatch) -> Result<CudaTensor>,
 {
     let n = tokens.len();
-    // Room first: growing the cache moves its buffers, which drops the graphs that read them.
+    // Room first: pages are added outside the capture.
     cache.reserve(cache.len() + n)?;
     let first = cache.graphs.seen.insert(n);
     let recorded = cache.graphs.recorded.contains_key(&n);

@@ -1,40 +1,81 @@
-//! The KV cache on the GPU: per layer, keys `[capacity, heads, nope + rope]` and values
-//! `[capacity, heads, v]` in f32, the layout [`crate::KvCache`] keeps on the host. It grows by
-//! doubling when a forward needs more room.
+//! The KV cache on the GPU: MLA's latent entries (`[c_kv | k_pe]`, bf16) in pages of
+//! [`PAGE_TOKENS`] tokens, found through a page table on the device. A page holds its tokens' entries
+//! of every layer: entry `t` of layer `l` is at `table[t / PAGE_TOKENS] + (l * PAGE_TOKENS + t %
+//! PAGE_TOKENS) * width` values.
+//!
+//! Room grows by allocating chunks of pages and writing their addresses into the table: nothing is
+//! ever copied to grow, and neither the table nor a page moves, so every recorded CUDA graph stays
+//! valid. The table is sized once for the model's context; the bytes the pages may take are bounded
+//! by a budget ([`KvBudget`]), so a context that does not fit is an error naming the bound, before
+//! the GPU runs out of memory.
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kdtree_jit::kernel::Kernels;
 
 use super::graph::Graphs;
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::model::check_compact;
 use crate::registry::{Heads, KvStore};
 
+/// Tokens a page holds: a multiple of every MLA variant's key tile.
+pub const PAGE_TOKENS: usize = 64;
+/// Pages allocated together when the cache grows: 4096 tokens, few allocations for long contexts
+/// and little unused room for short ones.
+const CHUNK_PAGES: usize = 64;
+
+/// How many bytes the KV pages of one cache may take.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KvBudget {
+    /// This share of the device memory free when the cache is first used.
+    FreeFraction(f64),
+    Bytes(usize),
+}
+
+impl Default for KvBudget {
+    /// 90% of the free memory: the rest is headroom for activations and graphs.
+    fn default() -> Self {
+        KvBudget::FreeFraction(0.9)
+    }
+}
+
 pub struct CudaKv {
     pub(super) heads: Heads,
-    layer_count: usize,
-    /// Empty until the first forward reserves room.
-    pub(super) layers: Vec<(CudaSlice<f32>, CudaSlice<f32>)>,
-    pub(super) capacity: usize,
+    pub(super) layers: usize,
+    /// The most tokens the table can address (the model's context).
+    max_tokens: usize,
+    budget: KvBudget,
+    /// Allocated on first use: the page table, `max_tokens / PAGE_TOKENS` addresses.
+    pub(super) table: Option<CudaSlice<u64>>,
+    /// The pages' memory, in chunks of [`CHUNK_PAGES`] pages.
+    chunks: Vec<CudaSlice<u16>>,
+    /// The bytes the pages may take, resolved from `budget` on first use.
+    limit: Option<usize>,
     len: usize,
     kernels: Arc<Kernels>,
-    /// Forwards recorded from this cache, which read its layers' buffers.
+    /// Forwards recorded from this cache, which read its table.
     pub(super) graphs: Graphs,
 }
 
 impl CudaKv {
-    pub(super) fn new(kernels: Arc<Kernels>, layers: usize, heads: Heads) -> Self {
-        Self { heads, layer_count: layers, layers: Vec::new(), capacity: 0, len: 0, kernels, graphs: Graphs::default() }
+    pub(super) fn new(kernels: Arc<Kernels>, layers: usize, heads: Heads, max_tokens: usize, budget: KvBudget) -> Self {
+        Self {
+            heads,
+            layers,
+            max_tokens,
+            budget,
+            table: None,
+            chunks: Vec::new(),
+            limit: None,
+            len: 0,
+            kernels,
+            graphs: Graphs::default(),
+        }
     }
 
     fn stream(&self) -> &Arc<CudaStream> {
         self.kernels.stream()
-    }
-
-    pub(super) fn widths(&self) -> (usize, usize) {
-        (self.heads.heads * self.heads.qk(), self.heads.heads * self.heads.v)
     }
 
     /// How many forward sizes are recorded as CUDA graphs from this cache.
@@ -42,28 +83,71 @@ impl CudaKv {
         self.graphs.recorded()
     }
 
-    /// Room for `entries` entries in every layer, the committed ones kept. Growing moves the layers,
-    /// so the graphs recorded from them are dropped.
+    /// Bytes of one page: its tokens' entries of every layer.
+    fn page_bytes(&self) -> usize {
+        PAGE_TOKENS * self.heads.kv_bytes_per_token(self.layers)
+    }
+
+    /// Tokens with room now.
+    pub fn capacity(&self) -> usize {
+        self.chunks.len() * CHUNK_PAGES * PAGE_TOKENS
+    }
+
+    /// The most tokens this cache can hold: the model's context, or fewer where the budget binds.
+    pub fn max_tokens(&self) -> Result<usize> {
+        let pages = self.limit_bytes()? / self.page_bytes().max(1);
+        Ok(self.max_tokens.min(pages / CHUNK_PAGES * CHUNK_PAGES * PAGE_TOKENS))
+    }
+
+    fn limit_bytes(&self) -> Result<usize> {
+        if let Some(l) = self.limit {
+            return Ok(l);
+        }
+        Ok(match self.budget {
+            KvBudget::Bytes(b) => b,
+            KvBudget::FreeFraction(f) => {
+                let (free, _) = cudarc::driver::result::mem_get_info()?;
+                (free as f64 * f) as usize
+            }
+        })
+    }
+
+    /// Room for `entries` entries, the committed ones kept in place: more pages, their addresses
+    /// written to the table. Nothing moves, so recorded graphs stay valid.
     pub(super) fn reserve(&mut self, entries: usize) -> Result<()> {
-        if entries <= self.capacity {
+        if entries <= self.capacity() {
             return Ok(());
         }
-        self.graphs.clear();
-        let capacity = entries.next_power_of_two().max(256);
-        let (kw, vw) = self.widths();
-        let len = self.len;
-        let stream = self.stream().clone();
-        let mut grown = Vec::with_capacity(self.layer_count);
-        for i in 0..self.layer_count {
-            let (mut k, mut v) = (stream.alloc_zeros::<f32>(capacity * kw)?, stream.alloc_zeros::<f32>(capacity * vw)?);
-            if let Some((old_k, old_v)) = self.layers.get(i).filter(|_| len > 0) {
-                stream.memcpy_dtod(&old_k.slice(0..len * kw), &mut k.slice_mut(0..len * kw))?;
-                stream.memcpy_dtod(&old_v.slice(0..len * vw), &mut v.slice_mut(0..len * vw))?;
-            }
-            grown.push((k, v));
+        let limit = self.limit_bytes()?;
+        self.limit = Some(limit);
+        let max = self.max_tokens()?;
+        if entries > max {
+            return Err(EngineError::KvCacheFull {
+                tokens: entries,
+                max,
+                bytes_per_token: self.heads.kv_bytes_per_token(self.layers),
+                budget: limit,
+            });
         }
-        self.layers = grown;
-        self.capacity = capacity;
+        let stream = self.stream().clone();
+        let table_len = self.max_tokens.div_ceil(PAGE_TOKENS);
+        if self.table.is_none() {
+            self.table = Some(stream.alloc_zeros::<u64>(table_len.max(1))?);
+        }
+        let values_per_page = self.page_bytes() / 2;
+        while entries > self.capacity() {
+            let chunk = stream.alloc_zeros::<u16>(CHUNK_PAGES * values_per_page)?;
+            let first = self.chunks.len() * CHUNK_PAGES;
+            let base = {
+                let (base, _sync) = chunk.device_ptr(&stream);
+                base
+            };
+            let pages = CHUNK_PAGES.min(table_len - first);
+            let addresses: Vec<u64> = (0..pages).map(|p| base + (2 * p * values_per_page) as u64).collect();
+            let table = self.table.as_mut().expect("allocated above");
+            stream.memcpy_htod(&addresses, &mut table.slice_mut(first..first + pages))?;
+            self.chunks.push(chunk);
+        }
         Ok(())
     }
 }
@@ -83,17 +167,15 @@ impl KvStore for CudaKv {
             self.len = start + keep.len();
             return Ok(());
         }
-        let (kw, vw) = self.widths();
         let rows: Vec<u32> = keep.iter().map(|&j| (start + j) as u32).collect();
         let stream = self.stream().clone();
         let idx = stream.clone_htod(&rows)?;
-        for (k, v) in &mut self.layers {
-            for (buf, w) in [(k, kw), (v, vw)] {
-                // Gathered first, then copied back: kept rows move down onto rows still to be read.
-                let mut kept = stream.alloc_zeros::<f32>(rows.len() * w)?;
-                kdtree_kernels::gather_rows_f32(&self.kernels, buf, w, &idx, 0, rows.len(), &mut kept)?;
-                stream.memcpy_dtod(&kept, &mut buf.slice_mut(start * w..(start + rows.len()) * w))?;
-            }
+        let at = stream.clone_htod(&[start as u32])?;
+        let table = self.table.as_ref().expect("a cache holding entries has a table");
+        for layer in 0..self.layers {
+            // Gathered first, then written back: kept entries move down onto entries still to be read.
+            let kept = super::mla::gather(&self.kernels, table, self.heads, layer, &idx)?;
+            super::mla::append_entries(&self.kernels, table, self.heads, layer, &kept, rows.len(), &at)?;
         }
         self.len = start + keep.len();
         Ok(())

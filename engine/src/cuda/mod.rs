@@ -22,6 +22,7 @@ mod gemm;
 mod graph;
 mod kv;
 mod linear;
+mod mla;
 mod moe;
 mod ops;
 mod select;
@@ -42,8 +43,9 @@ use kdtree_jit::w4a16::dense::DenseVariant;
 use kdtree_jit::{Cache, Gpu, compile_all_for};
 
 pub use graph::MAX_GRAPH_TOKENS;
-pub use kv::CudaKv;
+pub use kv::{CudaKv, KvBudget, PAGE_TOKENS};
 pub use linear::{CudaLinear, ShapeKernels};
+pub use mla::CudaAbsorb;
 pub use moe::CudaExperts;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
 pub use startup_tune::{Missing, TuneSummary, missing};
@@ -52,7 +54,7 @@ pub use tensor::{CudaBatch, CudaTensor};
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvStore, RopeSpan, eager_forward_argmax};
+use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan, eager_forward_argmax};
 
 /// What the CUDA backend is opened with.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,6 +69,8 @@ pub struct CudaOptions {
     /// Record each forward size of up to [`MAX_GRAPH_TOKENS`] tokens as a CUDA graph the second
     /// time it runs, and replay it after that.
     pub graphs: bool,
+    /// How many bytes a KV cache's pages may take.
+    pub kv_budget: KvBudget,
 }
 
 /// How routed INT4 experts run.
@@ -97,6 +101,7 @@ pub struct CudaBackend {
     mode: Mode,
     moe: MoeKernels,
     graphs: bool,
+    kv_budget: KvBudget,
     /// Set when an MoE layer runs one chain per expert, which reads its routing back to the host
     /// mid-forward: such a forward cannot be recorded.
     host_synced: AtomicBool,
@@ -152,6 +157,7 @@ impl CudaBackend {
             mode: options.mode,
             moe: options.moe,
             graphs: options.graphs,
+            kv_budget: options.kv_budget,
             host_synced: AtomicBool::new(false),
             _blas_workspace: blas_workspace,
             cache,
@@ -307,6 +313,7 @@ impl Backend for CudaBackend {
     type Experts = CudaExperts;
     type Batch = CudaBatch;
     type Cache = CudaKv;
+    type Absorb = CudaAbsorb;
 
     fn describe(&self) -> String {
         format!("cuda ({}, {})", self.gpu.name, self.gpu.arch)
@@ -324,8 +331,21 @@ impl Backend for CudaBackend {
         CudaExperts::upload(self, name, e)
     }
 
-    fn new_cache(&self, layers: usize, heads: Heads) -> CudaKv {
-        CudaKv::new(self.kernels.clone(), layers, heads)
+    fn absorb(&self, name: &str, kv_b: &HostLinear, heads: Heads) -> Result<CudaAbsorb> {
+        CudaAbsorb::upload(self, name, kv_b, heads)
+    }
+
+    /// bf16 whatever the weights: the only entries the MLA kernels read.
+    fn kv_dtype(&self, _f32_weights: bool) -> KvDtype {
+        KvDtype::Bf16
+    }
+
+    fn supports_kv(&self, kv: KvDtype) -> bool {
+        kv == KvDtype::Bf16
+    }
+
+    fn new_cache(&self, layers: usize, heads: Heads, max_tokens: usize) -> CudaKv {
+        CudaKv::new(self.kernels.clone(), layers, heads, max_tokens, self.kv_budget)
     }
 
     fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask, past: usize) -> Result<CudaBatch> {
@@ -402,33 +422,45 @@ impl Backend for CudaBackend {
         &self,
         cache: &mut CudaKv,
         layer: usize,
-        kv: &CudaTensor,
+        latent: &CudaTensor,
         k_rope: &CudaTensor,
         batch: &CudaBatch,
     ) -> Result<()> {
-        if kv.rows != batch.n {
-            return Err(shape_error("kv_append", format!("{} rows for a batch of {}", kv.rows, batch.n)));
-        }
-        // The kernel appends at the batch's `past`, which is the cache's length.
-        cache.reserve(cache.len() + kv.rows)?;
-        let heads = cache.heads;
-        let (k, v) =
-            cache.layers.get_mut(layer).ok_or_else(|| shape_error("kv_append", format!("no layer {layer}")))?;
-        self.timed(attention, || ops::kv_append(&self.kernels, &kv.data, &k_rope.data, heads, &batch.past, k, v))
-    }
-
-    fn attention(&self, q: &CudaTensor, cache: &CudaKv, layer: usize, batch: &CudaBatch) -> Result<CudaTensor> {
         let h = cache.heads;
-        let (k, v) = cache.layers.get(layer).ok_or_else(|| shape_error("attention", format!("no layer {layer}")))?;
-        if cache.len() + batch.n > cache.capacity {
+        if latent.rows != batch.n || k_rope.rows != batch.n || latent.cols != h.latent || k_rope.cols != h.rope {
             return Err(shape_error(
-                "attention",
-                format!("{} entries, room for {}", cache.len() + batch.n, cache.capacity),
+                "kv_append",
+                format!("latent [{}, {}] and k_rope [{}, {}] for a batch of {}", latent.rows, latent.cols, k_rope.rows, k_rope.cols, batch.n),
             ));
         }
+        if layer >= cache.layers {
+            return Err(shape_error("kv_append", format!("no layer {layer}")));
+        }
+        // The kernel appends at the batch's `past`, which is the cache's length.
+        cache.reserve(cache.len() + batch.n)?;
+        let table = cache.table.as_ref().expect("reserved above");
+        self.timed(attention, || mla::append(&self.kernels, table, h, layer, &latent.data, &k_rope.data, batch))
+    }
+
+    fn attention(
+        &self,
+        q: &CudaTensor,
+        cache: &CudaKv,
+        layer: usize,
+        batch: &CudaBatch,
+        kv_b: &CudaAbsorb,
+    ) -> Result<CudaTensor> {
+        let h = cache.heads;
+        if cache.len() + batch.n > cache.capacity() || layer >= cache.layers {
+            return Err(shape_error(
+                "attention",
+                format!("layer {layer} of {}, {} entries, room for {}", cache.layers, cache.len() + batch.n, cache.capacity()),
+            ));
+        }
+        let table = cache.table.as_ref().expect("a cache with room has a table");
         self.timed(attention, || {
             let mut out = self.tensor(batch.n, h.heads * h.v)?;
-            ops::attention(&self.kernels, &q.data, k, v, &batch.mask, &batch.past, h, &mut out.data)?;
+            mla::attention(self, &q.data, table, h, layer, batch, kv_b, &mut out.data)?;
             Ok(out)
         })
     }

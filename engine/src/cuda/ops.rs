@@ -9,7 +9,7 @@ use kdtree_quant::Dtype;
 
 use crate::error::{EngineError, Result};
 use crate::model::Routing;
-use crate::registry::{Heads, RopeLayout, RopeSpan};
+use crate::registry::{RopeLayout, RopeSpan};
 
 fn bf16_only(op: &str, dtype: Dtype) -> Result<()> {
     match dtype {
@@ -54,39 +54,6 @@ pub fn rope(
     let heads = cols.checked_div(stride).unwrap_or(0);
     let columns = kk::RopeColumns { heads, head_stride: stride, offset, dim, layout };
     Ok(kk::rope_strided(k, x, columns, positions, cos, sin)?)
-}
-
-fn kv_layout(h: Heads) -> kk::KvLayout {
-    kk::KvLayout { heads: h.heads, nope: h.nope, rope: h.rope, v_dim: h.v }
-}
-
-/// Writes the new tokens' keys and values to cache rows `start[0]..`.
-pub fn kv_append(
-    k: &Kernels,
-    kv: &CudaSlice<f32>,
-    k_rope: &CudaSlice<f32>,
-    h: Heads,
-    start: &CudaSlice<u32>,
-    k_cache: &mut CudaSlice<f32>,
-    v_cache: &mut CudaSlice<f32>,
-) -> Result<()> {
-    Ok(kk::kv_append(k, kv, k_rope, kv_layout(h), start, k_cache, v_cache)?)
-}
-
-/// Tree attention of the batch's queries over `past[0]` cached entries and the new ones.
-#[allow(clippy::too_many_arguments)]
-pub fn attention(
-    k: &Kernels,
-    q: &CudaSlice<f32>,
-    k_cache: &CudaSlice<f32>,
-    v_cache: &CudaSlice<f32>,
-    mask: &CudaSlice<u32>,
-    past: &CudaSlice<u32>,
-    h: Heads,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    let shape = kk::AttentionShape { heads: h.heads, qk_dim: h.qk(), v_dim: h.v, scale: h.scale };
-    Ok(kk::attention_tree(k, q, k_cache, v_cache, mask, past, shape, out)?)
 }
 
 /// DeepSeek-V3's router: ids and weights `[tokens, top_k]`.

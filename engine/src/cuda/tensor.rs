@@ -6,6 +6,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
+use kdtree_jit::mla::NewMask;
 
 /// f32 rows on the GPU; `data` holds exactly `rows * cols` values.
 pub struct CudaTensor {
@@ -29,18 +30,37 @@ pub struct CudaBatch {
     pub n: usize,
     pub tokens: CudaSlice<u32>,
     pub positions: CudaSlice<u32>,
-    /// Visibility among the new tokens, `[n, words]` with `words = n.div_ceil(32)`: bit `b` of
-    /// word `w` of row `i` is whether token `i` sees token `32 w + b`.
+    /// How the MLA kernels read the mask: causal, full, or `mask`'s bits.
+    pub mask_mode: MaskMode,
+    /// Visibility among the new tokens when `mask_mode` is [`MaskMode::Bits`], `[n, words]` with
+    /// `words = n.div_ceil(32)`: bit `b` of word `w` of row `i` is whether token `i` sees token
+    /// `32 w + b`. One unused word otherwise.
     pub mask: CudaSlice<u32>,
     /// One value: the cache's committed entries, after which the batch's are appended. On the device
     /// so that a recorded graph of the forward reads each replay's own.
     pub past: CudaSlice<u32>,
 }
 
+/// How a batch's mask reaches the MLA kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaskMode {
+    Causal = 0,
+    Full = 1,
+    Bits = 2,
+}
+
+/// The most tokens of a forward whose mask is sent as bits whatever it is: every size a graph
+/// records, so that one recorded forward serves trees and chains alike. Longer forwards (prompt
+/// chunks) send a causal or full mask as its mode alone, and a tree's bits up to [`MAX_TREE_BITS`].
+const ALWAYS_BITS: usize = super::graph::MAX_GRAPH_TOKENS;
+/// The largest tree whose bits are sent (512 KiB of them).
+pub const MAX_TREE_BITS: usize = 2048;
+
 /// A forward's inputs on the host, in the layout of [`CudaBatch`].
 pub(super) struct HostBatch {
     tokens: Vec<u32>,
     positions: Vec<u32>,
+    mask_mode: MaskMode,
     mask: Vec<u32>,
     past: u32,
 }
@@ -50,10 +70,23 @@ impl HostBatch {
         let over = |what: &str, v: usize| EngineError::InvalidArgument(format!("batch: {what} {v} is over u32"));
         let positions =
             positions.iter().map(|&p| u32::try_from(p).map_err(|_| over("position", p))).collect::<Result<_>>()?;
+        let (mask_mode, words) = match mask.to_new_mask() {
+            _ if mask.len() <= ALWAYS_BITS => (MaskMode::Bits, mask.words()),
+            NewMask::Causal => (MaskMode::Causal, vec![0]),
+            NewMask::Full => (MaskMode::Full, vec![0]),
+            NewMask::Bits(_) if mask.len() > MAX_TREE_BITS => {
+                return Err(EngineError::InvalidArgument(format!(
+                    "batch: a tree of {} tokens, at most {MAX_TREE_BITS}",
+                    mask.len()
+                )));
+            }
+            NewMask::Bits(words) => (MaskMode::Bits, words),
+        };
         Ok(HostBatch {
             tokens: tokens.to_vec(),
             positions,
-            mask: kdtree_kernels::mask_words(mask.len(), |i, j| mask.visible(i, j)),
+            mask_mode,
+            mask: words,
             past: u32::try_from(past).map_err(|_| over("cache length", past))?,
         })
     }
@@ -63,6 +96,7 @@ impl HostBatch {
             n: self.tokens.len(),
             tokens: s.clone_htod(&self.tokens)?,
             positions: s.clone_htod(&self.positions)?,
+            mask_mode: self.mask_mode,
             mask: s.clone_htod(&self.mask)?,
             past: s.clone_htod(&[self.past])?,
         })
@@ -70,11 +104,13 @@ impl HostBatch {
 
     /// Overwrites `batch`, a batch of as many tokens, with these inputs.
     pub(super) fn write(&self, s: &Arc<CudaStream>, batch: &mut CudaBatch) -> Result<()> {
-        if batch.n != self.tokens.len() {
+        if batch.n != self.tokens.len() || batch.mask_mode != self.mask_mode {
             return Err(EngineError::InvalidArgument(format!(
-                "batch: {} tokens written over a batch of {}",
+                "batch: {} tokens ({:?} mask) written over a batch of {} ({:?})",
                 self.tokens.len(),
-                batch.n
+                self.mask_mode,
+                batch.n,
+                batch.mask_mode
             )));
         }
         s.memcpy_htod(&self.tokens, &mut batch.tokens)?;

@@ -1,47 +1,39 @@
-//! The KV cache: full per-head keys (non-rotary part from `kv_b_proj`, rotary part already
-//! rotated) and values for every layer and token, in cache order. Caching the decompressed K/V
-//! rather than MLA's compressed latent costs memory but keeps attention the plain
-//! `softmax(q·k) v` of the reference code, with no weight absorption to re-associate sums.
+//! The CPU backend's KV cache: MLA's latent, per layer and token one entry `[c_kv | k_pe]` of
+//! `latent + rope` values shared by every head (1152 bytes in bf16 at Kimi K2's sizes, 71x less than
+//! decompressed per-head keys and values in f32). Values are held as f32 but rounded to the cache's
+//! dtype when appended, so they are the values a bf16 cache on the GPU holds.
 
 use crate::error::{EngineError, Result};
 use crate::registry::{Heads, KvStore};
 
-/// Keys and values of every layer, entry `t` of each layer being token `t` of the sequence: the
-/// CPU backend's cache.
+/// Latent entries of every layer, entry `t` of each layer being token `t` of the sequence.
 #[derive(Clone, Debug)]
 pub struct KvCache {
     len: usize,
     heads: Heads,
-    k_width: usize,
-    v_width: usize,
-    layers: Vec<LayerKv>,
-}
-
-#[derive(Clone, Debug, Default)]
-pub(crate) struct LayerKv {
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
+    layers: Vec<Vec<f32>>,
 }
 
 impl KvCache {
-    /// An empty cache of `layers` layers of MLA heads `heads`.
+    /// An empty cache of `layers` layers laid out by `heads`.
     pub(crate) fn new(layers: usize, heads: Heads) -> Self {
-        let (k_width, v_width) = (heads.heads * heads.qk(), heads.heads * heads.v);
-        Self { len: 0, heads, k_width, v_width, layers: vec![LayerKv::default(); layers] }
+        Self { len: 0, heads, layers: vec![Vec::new(); layers] }
     }
 
     pub(crate) fn heads(&self) -> Heads {
         self.heads
     }
 
-    pub(crate) fn layer(&self, i: usize) -> &LayerKv {
+    /// Layer `i`'s entries, `[entries, latent + rope]`, the uncommitted ones of a forward included.
+    pub(crate) fn layer(&self, i: usize) -> &[f32] {
         &self.layers[i]
     }
 
-    /// Appends the new entries of layer `i`; [`Self::commit`] then counts them.
-    pub(crate) fn append(&mut self, i: usize, k: &[f32], v: &[f32]) {
-        self.layers[i].k.extend_from_slice(k);
-        self.layers[i].v.extend_from_slice(v);
+    /// Appends the new entries of layer `i`, rounded to the cache's dtype; [`Self::commit`] then
+    /// counts them.
+    pub(crate) fn append(&mut self, i: usize, entries: impl IntoIterator<Item = f32>) {
+        let kv = self.heads.kv;
+        self.layers[i].extend(entries.into_iter().map(|x| kv.round(x)));
     }
 }
 
@@ -65,19 +57,18 @@ impl KvStore for KvCache {
 
     fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+        let w = self.heads.width();
         for l in &mut self.layers {
-            l.k.truncate(self.len * self.k_width);
-            l.v.truncate(self.len * self.v_width);
+            l.truncate(self.len * w);
         }
     }
 
     fn compact(&mut self, start: usize, keep: &[usize]) -> Result<()> {
         check_compact(self.len, start, keep)?;
+        let w = self.heads.width();
         for l in &mut self.layers {
             for (i, &j) in keep.iter().enumerate() {
-                for (buf, w) in [(&mut l.k, self.k_width), (&mut l.v, self.v_width)] {
-                    buf.copy_within((start + j) * w..(start + j + 1) * w, (start + i) * w);
-                }
+                l.copy_within((start + j) * w..(start + j + 1) * w, (start + i) * w);
             }
         }
         self.truncate(start + keep.len());
@@ -96,16 +87,15 @@ impl KvStore for KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::KvDtype;
 
-    /// Entries of 2 key and 1 value floats.
-    const HEADS: Heads = Heads { heads: 1, nope: 1, rope: 1, v: 1, scale: 1.0 };
+    /// Entries of 2 values.
+    const HEADS: Heads = Heads { heads: 1, nope: 1, rope: 1, v: 1, latent: 1, scale: 1.0, kv: KvDtype::F32 };
 
     fn filled(n: usize) -> KvCache {
         let mut c = KvCache::new(2, HEADS);
         for layer in 0..2 {
-            let k: Vec<f32> = (0..n * 2).map(|i| (layer * 100 + i) as f32).collect();
-            let v: Vec<f32> = (0..n).map(|i| (layer * 100 + i) as f32).collect();
-            c.append(layer, &k, &v);
+            c.append(layer, (0..n * 2).map(|i| (layer * 100 + i) as f32));
         }
         c.commit(n);
         c
@@ -116,8 +106,7 @@ mod tests {
         let mut c = filled(6);
         c.compact(2, &[1, 3]).unwrap();
         assert_eq!(c.len(), 4);
-        assert_eq!(c.layer(1).v, [100.0, 101.0, 103.0, 105.0]);
-        assert_eq!(c.layer(0).k, [0.0, 1.0, 2.0, 3.0, 6.0, 7.0, 10.0, 11.0]);
+        assert_eq!(c.layer(1), [100.0, 101.0, 102.0, 103.0, 106.0, 107.0, 110.0, 111.0]);
         assert!(c.compact(0, &[1, 1]).is_err() && c.compact(1, &[3]).is_err());
         assert_eq!(c.len(), 4);
     }
@@ -125,10 +114,18 @@ mod tests {
     #[test]
     fn truncate_and_rollback_drop_the_tail() {
         let mut c = filled(3);
-        c.append(0, &[9.0, 9.0], &[9.0]);
+        c.append(0, [9.0, 9.0]);
         c.rollback();
-        assert_eq!(c.layer(0).v.len(), 3);
+        assert_eq!(c.layer(0).len(), 6);
         c.truncate(1);
-        assert_eq!((c.len(), c.layer(1).k.clone()), (1, vec![100.0, 101.0]));
+        assert_eq!((c.len(), c.layer(1).to_vec()), (1, vec![100.0, 101.0]));
+    }
+
+    #[test]
+    fn a_bf16_cache_holds_values_rounded_to_bf16() {
+        let mut c = KvCache::new(1, Heads { kv: KvDtype::Bf16, ..HEADS });
+        c.append(0, [1.0 + 1.0 / 512.0, 3.0]);
+        assert_eq!(c.layer(0), [1.0, 3.0]);
+        assert_eq!(HEADS.kv_bytes_per_token(61), 61 * 2 * 4);
     }
 }

@@ -109,6 +109,11 @@ impl Checkpoint {
         names.join(", ")
     }
 
+    /// Whether tensor `name` is stored in f32 (from its header; false when absent).
+    pub fn is_f32(&self, name: &str) -> bool {
+        self.file(name).ok().and_then(|f| f.tensor(name).ok()).is_some_and(|t| t.dtype() == StDtype::F32)
+    }
+
     /// A dense tensor of the given shape, bf16/f16/f32 on disk, converted to f32.
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         Ok(self.values(name, shape)?.widen(0..shape.iter().product()))

@@ -57,7 +57,7 @@ use crate::cpu::CpuBackend;
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::ops::cpu::count_nonfinite;
-use crate::registry::{Backend, Heads, HostLinear, KvStore, Rope};
+use crate::registry::{Backend, Heads, HostLinear, KvDtype, KvStore, Rope};
 
 enum FeedForward<B: Backend> {
     Dense(Mlp<B>),
@@ -146,10 +146,19 @@ impl<B: Backend> Model<B> {
         let vector = |name: &str, len: usize| b.vector(&ckpt.tensor(name, &[len])?);
         let embed =
             b.linear_weight("model.embed_tokens", HostLinear::Dense(ckpt.dense("model.embed_tokens.weight", v, h)?))?;
+        let heads = Heads {
+            heads: c.num_attention_heads,
+            nope: c.qk_nope_head_dim,
+            rope: c.qk_rope_head_dim,
+            v: c.v_head_dim,
+            latent: c.kv_lora_rank,
+            scale: softmax_scale(c),
+            kv: b.kv_dtype(ckpt.is_f32("model.layers.0.self_attn.kv_b_proj.weight")),
+        };
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
             let p = format!("model.layers.{i}");
-            let attn = Attention::load(&ckpt, c, b, &format!("{p}.self_attn"), &mut bytes)?;
+            let attn = Attention::load(&ckpt, c, b, &format!("{p}.self_attn"), heads, &mut bytes)?;
             let ffn = if c.is_moe_layer(i) {
                 let moe = Moe::load(&ckpt, c, b, &format!("{p}.mlp"), &mut bytes)?;
                 bytes.moe_layers += 1;
@@ -176,13 +185,7 @@ impl<B: Backend> Model<B> {
             bytes.int4_part(&w);
             Some(b.linear_weight("lm_head", w)?)
         };
-        let heads = Heads {
-            heads: c.num_attention_heads,
-            nope: c.qk_nope_head_dim,
-            rope: c.qk_rope_head_dim,
-            v: c.v_head_dim,
-            scale: softmax_scale(c),
-        };
+
         Ok(Model {
             norm: vector("model.norm.weight", h)?,
             rope: Rope::new(b, &rotary::rope_table(c))?,
@@ -206,8 +209,27 @@ impl<B: Backend> Model<B> {
     }
 
     /// An empty cache for this model.
+    /// MLA's sizes and the KV cache's dtype.
+    pub fn heads(&self) -> Heads {
+        self.heads
+    }
+
+    /// Stores the KV cache of caches made from now on in `kv` instead of the backend's default for
+    /// this checkpoint; an error, changing nothing, where the backend cannot.
+    pub fn set_kv_dtype(&mut self, kv: KvDtype) -> Result<()> {
+        if !self.backend.supports_kv(kv) {
+            return Err(EngineError::InvalidArgument(format!(
+                "{} cannot store the KV cache in {}",
+                self.backend.describe(),
+                kv.name()
+            )));
+        }
+        self.heads.kv = kv;
+        Ok(())
+    }
+
     pub fn new_cache(&self) -> B::Cache {
-        self.backend.new_cache(self.config.num_hidden_layers, self.heads)
+        self.backend.new_cache(self.config.num_hidden_layers, self.heads, self.rope.max_positions)
     }
 
     /// Runs `tokens` at position ids `positions`, attending to everything in `cache` plus the new

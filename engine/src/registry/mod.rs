@@ -12,7 +12,7 @@
 //! | [`Backend::linear`] | `x · Wᵀ`, dense (bf16) or W4A16 |
 //! | [`Backend::silu_mul`] | `silu(a) * b` of the two halves of each row (fused gate/up) |
 //! | [`Backend::columns`], [`Backend::rope`] | MLA's column splits and rotary embedding |
-//! | [`Backend::kv_append`], [`Backend::attention`] | the KV cache and tree-masked attention |
+//! | [`Backend::kv_append`], [`Backend::attention`] | MLA's latent KV cache and absorbed, tree-masked attention |
 //! | [`Backend::moe`] | routing and the routed experts of one MoE layer |
 //! | [`Backend::argmax`], [`Backend::argmax_checked`], [`Backend::to_host`] | what leaves the backend: ids (with a count of NaN and infinite logits), or logits |
 //! | [`Backend::forward_argmax`] | a whole forward to its argmax ids, which a backend may record once and replay |
@@ -27,6 +27,7 @@ use crate::error::Result;
 use crate::mask::TreeMask;
 use crate::model::Routing;
 use crate::ops::cpu::RopeTable;
+use kdtree_jit::mla::MlaShape;
 
 /// How the rotary part of a head is laid out (config `rope_interleave`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,21 +48,75 @@ pub struct RopeSpan {
     pub layout: RopeLayout,
 }
 
-/// MLA's head sizes, which lay out the KV cache: per head a key of `nope + rope` (the rotary part
-/// shared by all heads) and a value of `v`.
+/// MLA's sizes, which lay out the KV cache: per token and layer one entry `[c_kv | k_pe]` of
+/// `latent + rope` values (the normalised compressed kv and the rotated key shared by every head),
+/// stored in `kv`. Queries and outputs are per head: a query of `nope + rope`, an output of `v`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Heads {
     pub heads: usize,
     pub nope: usize,
     pub rope: usize,
     pub v: usize,
+    /// `kv_lora_rank`.
+    pub latent: usize,
     /// Multiplies `q · k` before the softmax.
     pub scale: f32,
+    /// How the cache stores its entries.
+    pub kv: KvDtype,
 }
 
 impl Heads {
     pub fn qk(&self) -> usize {
         self.nope + self.rope
+    }
+
+    /// Values of one cache entry, `[c_kv | k_pe]`.
+    pub fn width(&self) -> usize {
+        self.latent + self.rope
+    }
+
+    /// Bytes of one token's entries over `layers` layers: what a forward reads per cached token.
+    pub fn kv_bytes_per_token(&self, layers: usize) -> usize {
+        layers * self.width() * self.kv.bytes()
+    }
+
+    /// The sizes as the MLA kernels and their reference see them.
+    pub fn mla(&self) -> MlaShape {
+        MlaShape { heads: self.heads, nope: self.nope, rope: self.rope, v: self.v, latent: self.latent, scale: self.scale }
+    }
+}
+
+/// The dtype of the KV cache's entries. bf16 is what the GPU's kernels read (and halves f32's
+/// bytes); f32 keeps an f32 checkpoint's arithmetic exact on the CPU. Queries are rounded to the
+/// same dtype before they meet the cache, as the GPU's tensor cores take them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvDtype {
+    Bf16,
+    F32,
+}
+
+impl KvDtype {
+    pub fn bytes(self) -> usize {
+        match self {
+            KvDtype::Bf16 => 2,
+            KvDtype::F32 => 4,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::Bf16 => "bf16",
+            KvDtype::F32 => "f32",
+        }
+    }
+
+    /// `x` as stored in this dtype (bf16: rounded to nearest even), read back as f32.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            KvDtype::Bf16 => half::bf16::from_f32(x).to_f32(),
+            KvDtype::F32 => x,
+        }
     }
 }
 
@@ -107,6 +162,8 @@ pub trait Backend: Send + Sync + Sized {
     type Linear: Send + Sync;
     /// One MoE layer's router and routed experts.
     type Experts: Send + Sync;
+    /// One layer's `kv_b_proj` as absorbed attention applies it: `W_UK` to queries, `W_UV` to outputs.
+    type Absorb: Send + Sync;
     /// One forward's inputs: token ids, positions, the mask among the new tokens.
     type Batch;
     type Cache: KvStore;
@@ -120,8 +177,18 @@ pub trait Backend: Send + Sync + Sized {
     fn linear_weight(&self, name: &str, w: HostLinear) -> Result<Self::Linear>;
     /// Takes one MoE layer's router and experts.
     fn experts(&self, name: &str, e: HostExperts) -> Result<Self::Experts>;
-    /// An empty cache of `layers` layers of MLA heads `heads`.
-    fn new_cache(&self, layers: usize, heads: Heads) -> Self::Cache;
+    /// Takes one layer's `kv_b_proj` weight (`[heads * (nope + v), latent]`) for absorbed attention.
+    fn absorb(&self, name: &str, kv_b: &HostLinear, heads: Heads) -> Result<Self::Absorb>;
+    /// The KV dtype this backend stores by default for a model whose dense weights are f32
+    /// (`f32_weights`) or 16-bit.
+    fn kv_dtype(&self, f32_weights: bool) -> KvDtype;
+    /// Whether this backend can store the KV cache in `kv`.
+    fn supports_kv(&self, _kv: KvDtype) -> bool {
+        true
+    }
+    /// An empty cache of `layers` layers laid out by `heads`, for up to `max_tokens` tokens (the
+    /// model's context).
+    fn new_cache(&self, layers: usize, heads: Heads, max_tokens: usize) -> Self::Cache;
 
     /// Uploads one forward's inputs. `positions` index the rotary table; callers have checked them.
     /// `past` is the cache's committed entries, after which the batch's are appended.
@@ -147,25 +214,28 @@ pub trait Backend: Send + Sync + Sized {
         sin: &Self::Vector,
         batch: &Self::Batch,
     ) -> Result<()>;
-    /// Appends the batch's keys and values to layer `layer` after the committed entries: `kv` is
-    /// `[n, heads, nope + v]` (`kv_b_proj`'s output), `k_rope` `[n, rope]` (rotated, shared by the heads).
+    /// Appends the batch's entries to layer `layer` after the committed ones: `latent` is `[n,
+    /// latent]` (`kv_a_proj_with_mqa`'s compressed part, normalised), `k_rope` `[n, rope]` (rotated).
     fn kv_append(
         &self,
         cache: &mut Self::Cache,
         layer: usize,
-        kv: &Self::Tensor,
+        latent: &Self::Tensor,
         k_rope: &Self::Tensor,
         batch: &Self::Batch,
     ) -> Result<()>;
-    /// Attention of the batch's queries `q` (`[n, heads, qk]`) over layer `layer`'s committed entries
-    /// and the new ones the batch's mask lets each see, in cache order; masked keys are skipped, not
-    /// zero-weighted, so a tree node's output equals a sequential forward's over its path. `[n, heads, v]`.
+    /// Absorbed MLA of the batch's queries `q` (`[n, heads, nope + rope]`, rope applied) over layer
+    /// `layer`'s committed entries and the new ones the batch's mask lets each see, in cache order;
+    /// masked entries are skipped, not zero-weighted, so a tree node's output equals a sequential
+    /// forward's over its path. `kv_b` moves queries into latent space and outputs back
+    /// ([`kdtree_jit::mla::reference`]). Returns `[n, heads, v]`.
     fn attention(
         &self,
         q: &Self::Tensor,
         cache: &Self::Cache,
         layer: usize,
         batch: &Self::Batch,
+        kv_b: &Self::Absorb,
     ) -> Result<Self::Tensor>;
     /// Routes every row and returns the sum of its experts' outputs, weighted, added in ascending
     /// expert index: a row's result never depends on which other rows came along.

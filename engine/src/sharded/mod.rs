@@ -58,12 +58,12 @@ pub use collective::{CollectiveLog, Traffic, blocks};
 
 use collective::Op;
 
-use crate::cpu::{CpuBackend, CpuBatch, CpuExperts, CpuTensor};
+use crate::cpu::{CpuAbsorb, CpuBackend, CpuBatch, CpuExperts, CpuTensor, absorbed_attention};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::model::KvCache;
-use crate::ops::cpu::{self, AttentionShape};
-use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvStore, RopeSpan};
+use crate::ops::cpu;
+use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan};
 
 /// The CPU backend over `ranks` simulated ranks.
 #[derive(Debug)]
@@ -160,6 +160,7 @@ impl Backend for ShardedCpu {
     type Experts = ShardedExperts;
     type Batch = CpuBatch;
     type Cache = KvCache;
+    type Absorb = CpuAbsorb;
 
     fn describe(&self) -> String {
         format!("cpu, {} simulated ranks", self.ranks)
@@ -183,8 +184,16 @@ impl Backend for ShardedCpu {
         Ok(ShardedExperts { experts: CpuBackend.experts(name, e)?, blocks: blocks(n, self.ranks) })
     }
 
-    fn new_cache(&self, layers: usize, heads: Heads) -> KvCache {
-        CpuBackend.new_cache(layers, heads)
+    fn absorb(&self, name: &str, kv_b: &HostLinear, heads: Heads) -> Result<CpuAbsorb> {
+        CpuBackend.absorb(name, kv_b, heads)
+    }
+
+    fn kv_dtype(&self, f32_weights: bool) -> KvDtype {
+        CpuBackend.kv_dtype(f32_weights)
+    }
+
+    fn new_cache(&self, layers: usize, heads: Heads, max_tokens: usize) -> KvCache {
+        CpuBackend.new_cache(layers, heads, max_tokens)
     }
 
     fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask, past: usize) -> Result<CpuBatch> {
@@ -249,27 +258,36 @@ impl Backend for ShardedCpu {
         &self,
         cache: &mut KvCache,
         layer: usize,
-        kv: &CpuTensor,
+        latent: &CpuTensor,
         k_rope: &CpuTensor,
         batch: &CpuBatch,
     ) -> Result<()> {
-        CpuBackend.kv_append(cache, layer, kv, k_rope, batch)
+        CpuBackend.kv_append(cache, layer, latent, k_rope, batch)
     }
 
-    fn attention(&self, q: &CpuTensor, cache: &KvCache, layer: usize, batch: &CpuBatch) -> Result<CpuTensor> {
+    fn attention(
+        &self,
+        q: &CpuTensor,
+        cache: &KvCache,
+        layer: usize,
+        batch: &CpuBatch,
+        kv_b: &CpuAbsorb,
+    ) -> Result<CpuTensor> {
         let h = cache.heads();
-        let (kv, past, n) = (cache.layer(layer), cache.len(), batch.mask.len());
-        if q.data.len() != n * h.heads * h.qk() || kv.k.len() != (past + n) * h.heads * h.qk() {
+        let (entries, past, n) = (cache.layer(layer), cache.len(), batch.mask.len());
+        if q.data.len() != n * h.heads * h.qk() || entries.len() != (past + n) * h.width() {
             // The CPU backend's own checks name the mismatch.
-            return CpuBackend.attention(q, cache, layer, batch);
+            return CpuBackend.attention(q, cache, layer, batch, kv_b);
         }
+        // Each rank holds its heads' queries and kv_b rows, and the whole (shared) latent cache.
         let heads: Vec<Range<usize>> = blocks(h.heads, self.ranks).into_iter().filter(|b| !b.is_empty()).collect();
         let parts = self.on_ranks("attention", heads.len(), |i| {
             let b = &heads[i];
-            let shape = AttentionShape { heads: b.len(), qk_dim: h.qk(), v_dim: h.v, scale: h.scale };
-            let (qr, kr) = (head_columns(&q.data, h.heads, h.qk(), b), head_columns(&kv.k, h.heads, h.qk(), b));
-            let vr = head_columns(&kv.v, h.heads, h.v, b);
-            Ok(CpuTensor { data: cpu::attention(&qr, &kr, &vr, past, &batch.mask, shape), cols: b.len() * h.v })
+            let rows = h.nope + h.v;
+            let local = Heads { heads: b.len(), ..h };
+            let qr = head_columns(&q.data, h.heads, h.qk(), b);
+            let w = &kv_b.0[b.start * rows * h.latent..b.end * rows * h.latent];
+            Ok(CpuTensor { data: absorbed_attention(&qr, entries, past, &batch.mask, local, w), cols: b.len() * h.v })
         })?;
         let y = concat_columns(&parts, n);
         self.record(Op::Attention, 4 * y.data.len());

@@ -1,10 +1,10 @@
 // The GPU the CUDA tests run on, opened the same way by each test binary that uses it.
 #![allow(dead_code)]
 
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, KvBudget, Mode, MoeKernels};
 
 /// GPU 0 with no tuning DB (a missing file: every W4A16 shape runs its default variant), exact mode
-/// tuned for one row, grouped MoE, CUDA graphs.
+/// tuned for one row, grouped MoE, CUDA graphs, KV pages within 90% of the free memory.
 pub fn options() -> CudaOptions {
     CudaOptions {
         ordinal: 0,
@@ -12,6 +12,7 @@ pub fn options() -> CudaOptions {
         mode: Mode::Exact { m: 1 },
         moe: MoeKernels::default(),
         graphs: true,
+        kv_budget: KvBudget::default(),
     }
 }
 

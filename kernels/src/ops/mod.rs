@@ -1,11 +1,10 @@
 //! Safe entry points: the engine's CPU op signatures (`engine/src/ops/cpu`) on device buffers, each
 //! checking the lengths its kernel relies on ([`crate::shape`]) before launching it.
 //!
-//! The ops of a GPU-resident forward ([`cast`], [`elementwise`], [`rows`], [`rope`], [`attention`],
+//! The ops of a GPU-resident forward ([`cast`], [`elementwise`], [`rows`], [`rope`],
 //! [`moe`], [`moe_align`], [`finite`]) take every input on the device, position and index buffers
 //! included, so that a forward copies nothing to the device per op; an empty operation launches nothing.
 
-pub mod attention;
 pub mod cast;
 pub mod elementwise;
 pub mod finite;

@@ -1,15 +1,14 @@
 //! The CPU reference ops. Every reduction runs in a fixed order (matmuls through
 //! [`kdtree_quant::reference::dot`]), work is split over rows only, so a row's result is the
 //! same bits whether it is computed alone or in a batch: the property tree verification needs.
+//! Attention's reference is the MLA family's own ([`kdtree_jit::mla::reference`]).
 
-mod attention;
 mod elementwise;
 mod embedding;
 mod linear;
 mod norm;
 mod rope;
 
-pub use attention::{AttentionShape, attention};
 pub use elementwise::{argmax, count_nonfinite, silu_mul, softmax};
 pub use embedding::embedding;
 pub use linear::{dense_linear, linear, w4a16_linear};
