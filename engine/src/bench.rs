@@ -10,9 +10,11 @@ use serde::Serialize;
 
 use crate::model::WeightBytes;
 
-/// One (T) row of the bench.
+/// One (context, T) row of the bench.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ForwardRow {
+    /// Tokens in the cache before the forward.
+    pub context: usize,
     /// Tokens in the forward (the tree's nodes).
     pub t: usize,
     pub median_us: f64,
@@ -27,6 +29,28 @@ pub struct ForwardRow {
     /// GPU time by op class in one profiled forward (CUDA events around each op; a wait for the host
     /// before an op counts in its time).
     pub split_us: Vec<(String, f64)>,
+}
+
+impl ForwardRow {
+    /// The share of the profiled forward's GPU time spent in attention (with its cache writes).
+    pub fn attention_share(&self) -> f64 {
+        let total: f64 = self.split_us.iter().map(|(_, us)| us).sum();
+        let attention: f64 = self.split_us.iter().filter(|(c, _)| c == "attention").map(|(_, us)| us).sum();
+        if total > 0.0 { attention / total } else { 0.0 }
+    }
+}
+
+/// One context of the bench: its prefill and its greedy decode.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContextRow {
+    pub context: usize,
+    /// The whole prompt's prefill, chunked, timed with CUDA events.
+    pub prefill_us: f64,
+    pub prefill_tokens_per_s: f64,
+    /// Greedy one-token forwards after the context.
+    pub decode_tokens_per_s: Option<f64>,
+    /// KV bytes one token adds over every layer.
+    pub kv_bytes_per_token: usize,
 }
 
 /// The bytes one forward reads, by kind.
@@ -70,23 +94,56 @@ pub fn sweep(max: usize) -> Vec<usize> {
     ts
 }
 
+/// The per-context table for people: prefill and decode speed.
+pub fn context_table(rows: &[ContextRow]) -> String {
+    let mut t = crate::table::table(
+        &["context", "prefill ms", "prefill tokens/s", "decode tokens/s", "KV bytes a token"],
+        &[0, 1, 2, 3, 4],
+    );
+    for r in rows {
+        t.add_row(vec![
+            r.context.to_string(),
+            format!("{:.1}", r.prefill_us / 1e3),
+            format!("{:.0}", r.prefill_tokens_per_s),
+            r.decode_tokens_per_s.map_or("-".into(), |v| format!("{v:.1}")),
+            r.kv_bytes_per_token.to_string(),
+        ]);
+    }
+    format!("{t}\n")
+}
+
 /// A table for people.
 pub fn table(rows: &[ForwardRow], copy_gbps: f64) -> String {
-    let header =
-        ["T", "median us", "p10", "p90", "experts", "MB read", "floor us", "% floor", "split (GPU us by op class)"];
-    let mut t = crate::table::table(&header, &[0, 1, 2, 3, 4, 5, 6, 7]);
+    let header = [
+        "context",
+        "T",
+        "median us",
+        "p10",
+        "p90",
+        "experts",
+        "MB read",
+        "KV MB",
+        "floor us",
+        "% floor",
+        "attention",
+        "split (GPU us by op class)",
+    ];
+    let mut t = crate::table::table(&header, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     for r in rows {
         // The six largest classes; the JSON has them all.
         let split: Vec<String> = r.split_us.iter().take(6).map(|(c, us)| format!("{c} {us:.0}")).collect();
         t.add_row(vec![
+            r.context.to_string(),
             r.t.to_string(),
             format!("{:.1}", r.median_us),
             format!("{:.1}", r.p10_us),
             format!("{:.1}", r.p90_us),
             format!("{:.1}", r.experts_per_layer),
             format!("{:.1}", r.bytes.total as f64 / 1e6),
+            format!("{:.1}", r.bytes.kv as f64 / 1e6),
             format!("{:.1}", r.floor_us),
             format!("{:.1}%", r.pct_of_floor),
+            format!("{:.0}%", 100.0 * r.attention_share()),
             split.join(", "),
         ]);
     }
@@ -112,6 +169,7 @@ mod tests {
     fn the_table_has_a_line_per_row_with_its_figures() {
         let w = WeightBytes { dense: 1000, lm_head: 500, expert: 10, moe_layers: 2, experts_per_layer: 64, int4: 0 };
         let row = |t| ForwardRow {
+            context: 64,
             t,
             median_us: 2000.0,
             p10_us: 1900.0,
@@ -120,10 +178,20 @@ mod tests {
             bytes: ReadBytes::of(&w, 8.0, 3, 4),
             floor_us: 1000.0,
             pct_of_floor: 50.0,
-            split_us: vec![("moe".into(), 600.0)],
+            split_us: vec![("moe".into(), 600.0), ("attention".into(), 200.0)],
         };
         let text = table(&[row(1), row(2)], 4000.0);
         assert_eq!(text.lines().count(), 1 + 2 + 2, "{text}");
         assert!(text.contains("4000 GB/s") && text.contains("50.0%") && text.contains("moe 600"), "{text}");
+        assert_eq!(row(1).attention_share(), 0.25);
+        let ctx = ContextRow {
+            context: 4096,
+            prefill_us: 2e6,
+            prefill_tokens_per_s: 2048.0,
+            decode_tokens_per_s: None,
+            kv_bytes_per_token: 2304,
+        };
+        let text = context_table(&[ctx]);
+        assert!(text.contains("2000.0") && text.contains("2304") && text.contains(" - "), "{text}");
     }
 }

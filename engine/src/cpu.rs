@@ -115,7 +115,13 @@ impl CpuAbsorb {
         if kv_b.n() != h.heads * (h.nope + h.v) || kv_b.k() != h.latent {
             return Err(shape_error(
                 "absorb",
-                format!("{name} is [{}, {}], MLA needs [{}, {}]", kv_b.n(), kv_b.k(), h.heads * (h.nope + h.v), h.latent),
+                format!(
+                    "{name} is [{}, {}], MLA needs [{}, {}]",
+                    kv_b.n(),
+                    kv_b.k(),
+                    h.heads * (h.nope + h.v),
+                    h.latent
+                ),
             ));
         }
         Ok(CpuAbsorb(kv_b.dequantized().to_f32()))
@@ -125,7 +131,14 @@ impl CpuAbsorb {
 /// The reference's absorbed attention as a backend runs it: queries moved into latent space and
 /// rounded to the cache's dtype (as the GPU's tensor cores take them), attention over the cache's
 /// entries, outputs moved back. `[n, heads, v]`.
-pub(crate) fn absorbed_attention(q: &[f32], entries: &[f32], past: usize, mask: &TreeMask, h: Heads, kv_b: &[f32]) -> Vec<f32> {
+pub(crate) fn absorbed_attention(
+    q: &[f32],
+    entries: &[f32],
+    past: usize,
+    mask: &TreeMask,
+    h: Heads,
+    kv_b: &[f32],
+) -> Vec<f32> {
     let s = h.mla();
     let mut q_lat = mla::absorb_query(q, kv_b, &s);
     q_lat.iter_mut().for_each(|x| *x = h.kv.round(*x));
@@ -276,7 +289,10 @@ impl Backend for CpuBackend {
         if latent.cols != h.latent || k_rope.cols != h.rope || latent.rows() != k_rope.rows() {
             return Err(shape_error(
                 "kv_append",
-                format!("latent rows of {}, k_rope rows of {} (want {} and {})", latent.cols, k_rope.cols, h.latent, h.rope),
+                format!(
+                    "latent rows of {}, k_rope rows of {} (want {} and {})",
+                    latent.cols, k_rope.cols, h.latent, h.rope
+                ),
             ));
         }
         let entries = latent.data.chunks_exact(h.latent.max(1)).zip(k_rope.data.chunks_exact(h.rope.max(1)));
@@ -298,7 +314,11 @@ impl Backend for CpuBackend {
         if q.data.len() != n * h.heads * h.qk() || entries.len() != (past + n) * h.width() {
             return Err(shape_error(
                 "attention",
-                format!("q of {} values, a layer of {} values, for {n} new entries after {past}", q.data.len(), entries.len()),
+                format!(
+                    "q of {} values, a layer of {} values, for {n} new entries after {past}",
+                    q.data.len(),
+                    entries.len()
+                ),
             ));
         }
         let o = absorbed_attention(&q.data, entries, past, &batch.mask, h, &kv_b.0);

@@ -10,7 +10,7 @@ use crate::registry::{Backend, KvStore};
 #[derive(Clone, Debug, PartialEq)]
 pub struct Generation {
     pub tokens: Vec<u32>,
-    /// The prompt's forward pass, which also yields the first new token.
+    /// The prompt's forward passes, which also yield the first new token.
     pub prefill: Duration,
     /// Every later one-token forward pass.
     pub decode: Duration,
@@ -34,7 +34,7 @@ pub fn rate(tokens: usize, seconds: f64) -> f64 {
 }
 
 /// Up to `max_new` argmax tokens after `prompt`, stopping after `stop` (which is included).
-/// The prompt is prefilled in one forward pass.
+/// The prompt is prefilled in chunks ([`Model::prefill`]).
 pub fn greedy_generate<B: Backend>(
     model: &Model<B>,
     prompt: &[u32],
@@ -61,8 +61,7 @@ pub fn greedy_generate_timed<B: Backend>(
     if max_new == 0 {
         return Ok(Generation { tokens, prefill: Duration::ZERO, decode: Duration::ZERO });
     }
-    let positions: Vec<usize> = (0..prompt.len()).collect();
-    let mut next = *model.forward_argmax(&mut cache, prompt, &positions, None)?.last().expect("a row per token");
+    let mut next = model.prefill(&mut cache, prompt)?;
     let prefill = start.elapsed();
     loop {
         tokens.push(next);

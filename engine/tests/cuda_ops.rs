@@ -87,8 +87,7 @@ fn run_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
     let latent_w = b.linear_weight("latent", dense(32, h, seed + 4)).unwrap();
     let rope_w = b.linear_weight("rope", dense(16, h, seed + 5)).unwrap();
     let past = b.embedding(&b.linear_weight("e", dense(8, h, seed + 6)).unwrap(), &ctx).unwrap();
-    b.kv_append(&mut cache, 0, &b.linear(&past, &latent_w).unwrap(), &b.linear(&past, &rope_w).unwrap(), &ctx)
-        .unwrap();
+    b.kv_append(&mut cache, 0, &b.linear(&past, &latent_w).unwrap(), &b.linear(&past, &rope_w).unwrap(), &ctx).unwrap();
     cache.commit(3);
     b.kv_append(&mut cache, 0, &b.linear(&normed, &latent_w).unwrap(), &b.linear(&normed, &rope_w).unwrap(), &batch)
         .unwrap();

@@ -6,8 +6,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use kdtree_engine::Model;
 use kdtree_engine::cuda::{CudaBackend, CudaOptions, KvBudget, Mode, MoeKernels, Plan, Source};
-use kdtree_engine::registry::{BackendKind, Selection, select};
+use kdtree_engine::model::DEFAULT_PREFILL_CHUNK;
+use kdtree_engine::registry::{Backend, BackendKind, KvDtype, Selection, select};
 use kdtree_engine::table::table;
 use kdtree_jit::Variant;
 use kdtree_jit::tune::db::TuningDb;
@@ -65,6 +67,34 @@ pub struct BackendArgs {
     /// startup; a longer context is an error naming this bound. Ignored on the CPU.
     #[arg(long, value_name = "FRACTION|BYTES", default_value = "0.9", value_parser = kv_budget)]
     pub kv_memory: KvBudget,
+    /// How the KV cache stores MLA's latent entries [default: bf16; f32 for an f32 checkpoint on
+    /// the CPU, whose arithmetic then stays f32]. The GPU's kernels read bf16 only.
+    #[arg(long, value_enum)]
+    pub kv_dtype: Option<KvDtype>,
+    /// Prompt tokens per forward of the prefill: a prompt of any length runs in causal chunks of
+    /// this many tokens, which changes no bits of the result, only the memory a forward needs.
+    #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_PREFILL_CHUNK, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub prefill_chunk: usize,
+}
+
+impl BackendArgs {
+    /// Applies the model options (--kv-dtype, --prefill-chunk) to a loaded model, and describes its
+    /// KV cache in one line for people.
+    pub fn configure<B: Backend>(&self, model: &mut Model<B>) -> anyhow::Result<String> {
+        if let Some(kv) = self.kv_dtype {
+            model.set_kv_dtype(kv).context("--kv-dtype")?;
+        }
+        model.set_prefill_chunk(self.prefill_chunk)?;
+        let h = model.heads();
+        Ok(format!(
+            "KV cache: MLA latent in {}, {} bytes a token a layer, {} bytes a token over {} layers; prefill in chunks of {} tokens",
+            h.kv.name(),
+            h.kv_bytes_per_token(1),
+            h.kv_bytes_per_token(model.config.num_hidden_layers),
+            model.config.num_hidden_layers,
+            self.prefill_chunk
+        ))
+    }
 }
 
 /// `--kv-memory`: a fraction in (0, 1], or a whole number of bytes with an optional KiB/MiB/GiB unit.
@@ -83,7 +113,13 @@ fn kv_budget(s: &str) -> Result<KvBudget, String> {
         "GiB" => 1 << 30,
         _ => return Err(bad()),
     };
-    digits.parse::<usize>().ok().and_then(|n| n.checked_mul(scale)).filter(|&b| b > 0).map(KvBudget::Bytes).ok_or_else(bad)
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .filter(|&b| b > 0)
+        .map(KvBudget::Bytes)
+        .ok_or_else(bad)
 }
 
 impl BackendArgs {

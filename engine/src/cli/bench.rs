@@ -3,10 +3,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use kdtree_engine::bench::{ForwardRow, ReadBytes, peak_rss, sweep, table};
+use kdtree_engine::Model;
+use kdtree_engine::bench::{ContextRow, ForwardRow, ReadBytes, context_table, peak_rss, sweep, table};
+use kdtree_engine::generate::rate;
 use kdtree_engine::registry::{Backend, KvStore};
 use kdtree_engine::spec::{CostModel, sweep as spec_sweep};
-use kdtree_engine::{Model, greedy_generate_timed};
 use kdtree_jit::tune::bench::Timing;
 use kdtree_jit::tune::clock::{Clock, CudaClock};
 use kdtree_jit::tune::peers::copy_bandwidth;
@@ -14,15 +15,18 @@ use kdtree_quant::sample::Uniform;
 
 use super::backend::{BackendArgs, variant_table};
 
-/// Time the model's forward on the GPU at T = 1, 2, 3, 4, 6, 8, ... tokens, against its bandwidth floor.
+/// Time the model's forward on the GPU at T = 1, 2, 3, 4, 6, 8, ... tokens after each context, against
+/// its bandwidth floor.
 ///
-/// After a context of --context random tokens, each T runs a causal chain of T new tokens
-/// (what a DDTree of depth T costs at most) --reps times, timed with CUDA events; a rep ends when
-/// the argmax ids are on the host. Per T it reports the bytes the forward must read (dense weights
-/// and LM head once, each routed expert some token routes to once per MoE layer, the KV entries),
-/// the floor they set at the device-to-device copy bandwidth measured in this run, % of that floor,
-/// the distinct experts per MoE layer, and the time by op class of one profiled forward. Then it
-/// decodes --generate tokens greedily and reports tokens/s. The forward times are saved as the cost
+/// Per context of --context (a list) random tokens: the prompt is prefilled (chunked, timed), then
+/// each T runs a causal chain of T new tokens (what a DDTree of depth T costs at most) --reps times,
+/// timed with CUDA events; a rep ends when the argmax ids are on the host. Per T it reports the
+/// bytes the forward must read (dense weights and LM head once, each routed expert some token routes
+/// to once per MoE layer, the latent KV entries once), the floor they set at the device-to-device
+/// copy bandwidth measured in this run, % of that floor, attention's share, the distinct experts per
+/// MoE layer, and the time by op class of one profiled forward. Then it decodes --generate tokens
+/// greedily after the context and reports tokens/s. The KV room (the most tokens the cache can hold
+/// within --kv-memory) is printed first. The forward times are saved as the cost
 /// model of `generate --spec ddtree --cost-model`. With --spec it then compares greedy decoding,
 /// chain speculation and DDTree (fixed sizes, and cost-aware) with the noisy oracle as the drafter.
 /// Needs a GPU.
@@ -31,9 +35,10 @@ pub struct BenchArgs {
     /// Model folder: config.json and safetensors shards.
     #[arg(long)]
     model: PathBuf,
-    /// Context tokens in the cache before each timed forward.
-    #[arg(long, default_value_t = 64)]
-    context: usize,
+    /// Context tokens in the cache before the timed forwards: a comma-separated list, each measured
+    /// in turn (e.g. 64,4096,32768,131072).
+    #[arg(long, value_delimiter = ',', default_values_t = [64], value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    context: Vec<usize>,
     /// Largest T of the sweep (powers of two from 1 and the points halfway between: 3, 6, 12, ...).
     #[arg(long, default_value_t = 128)]
     max_t: usize,
@@ -55,7 +60,7 @@ pub struct BenchArgs {
     save_cost: Option<PathBuf>,
     /// Also compare speculative methods: greedy, chain L = 2..8, DDTree B = 4, 8, .. --spec-budget
     /// and cost-aware DDTree (by this run's cost model), each with the noisy oracle at every
-    /// --oracle-p; every output is checked against greedy decoding's.
+    /// --oracle-p, after the first --context; every output is checked against greedy decoding's.
     #[arg(long)]
     spec: bool,
     /// The noisy oracle's accuracies (probability of ranking the true token first).
@@ -90,81 +95,116 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let cuda = Arc::new(cuda);
     let rss_before = peak_rss();
     let started = std::time::Instant::now();
-    let model =
+    let mut model =
         Model::load_on(&args.model, cuda.clone()).with_context(|| format!("loading {}", args.model.display()))?;
+    let kv_line = args.backend.configure(&mut model)?;
     cuda.synchronize()?;
     let load_s = started.elapsed().as_secs_f64();
     let c = &model.config;
     let new_tokens = args.max_t.max(args.generate).max(if args.spec { args.spec_tokens + args.draft_len } else { 0 });
-    let positions_needed = args.context + new_tokens;
+    let longest = args.context.iter().copied().max().unwrap_or(0);
+    let positions_needed = longest + new_tokens;
     if positions_needed > c.max_position_embeddings {
         bail!(
-            "--context {} + {new_tokens} new tokens need {positions_needed} positions; max_position_embeddings in config.json is {}",
-            args.context,
+            "--context {longest} + {new_tokens} new tokens need {positions_needed} positions; max_position_embeddings in config.json is {}",
             c.max_position_embeddings
+        );
+    }
+    let kv_room = model.new_cache().max_tokens()?;
+    let kv_per_token = model.heads().kv_bytes_per_token(c.num_hidden_layers);
+    eprintln!("{kv_line}; room for {kv_room} tokens within --kv-memory");
+    if positions_needed > kv_room {
+        bail!(
+            "--context {longest} + {new_tokens} new tokens need {positions_needed} KV entries; the cache has room for {kv_room} (--kv-memory)"
         );
     }
     let stream = cuda.stream().clone();
     let mut clock = CudaClock::new(stream.clone());
     let copy_gbps = copy_bandwidth(&stream, &mut clock)?;
     let weights = model.weight_bytes();
-    let kv_entry = c.num_hidden_layers * c.num_attention_heads * (c.qk_head_dim() + c.v_head_dim) * 4;
     let mut ids = Uniform::new(args.seed);
     let mut random_ids = |n: usize| -> Vec<u32> {
         (0..n)
             .map(|_| ((ids.next().unwrap_or(0.0) * c.vocab_size as f32) as u32).min(c.vocab_size as u32 - 1))
             .collect()
     };
-    let prompt = random_ids(args.context.max(1));
-    let mut cache = model.new_cache();
-    let context_positions: Vec<usize> = (0..prompt.len()).collect();
-    model.forward_argmax(&mut cache, &prompt, &context_positions, None)?;
-    let past = cache.len();
-    let mut rows = Vec::new();
-    for t in sweep(args.max_t) {
-        let tokens = random_ids(t);
-        let positions: Vec<usize> = (past..past + t).collect();
-        let forward = |cache: &mut _| -> anyhow::Result<()> {
-            KvStore::truncate(cache, past);
-            model.forward_argmax(cache, &tokens, &positions, None)?;
-            Ok(())
-        };
-        for _ in 0..2 {
+    let (mut rows, mut contexts) = (Vec::new(), Vec::new());
+    let mut first_prompt = None;
+    for &context in &args.context {
+        let prompt = random_ids(context);
+        let mut cache = model.new_cache();
+        let start = clock.mark()?;
+        let mut next = model.prefill(&mut cache, &prompt)?;
+        let end = clock.mark()?;
+        let prefill_us = clock.elapsed_us(&start, &end)?;
+        eprintln!("context {context}: prefilled in {:.1} ms", prefill_us / 1e3);
+        let past = cache.len();
+        for t in sweep(args.max_t) {
+            let tokens = random_ids(t);
+            let positions: Vec<usize> = (past..past + t).collect();
+            let forward = |cache: &mut _| -> anyhow::Result<()> {
+                KvStore::truncate(cache, past);
+                model.forward_argmax(cache, &tokens, &positions, None)?;
+                Ok(())
+            };
+            for _ in 0..2 {
+                forward(&mut cache)?;
+            }
+            let mut samples = Vec::with_capacity(args.reps);
+            for _ in 0..args.reps {
+                let start = clock.mark()?;
+                forward(&mut cache)?;
+                let end = clock.mark()?;
+                samples.push(clock.elapsed_us(&start, &end)?);
+            }
+            // The grouped MoE reads its experts-touched count back only while profiling (the routing
+            // stays on the GPU otherwise); every rep routes the same tokens, so one forward tells.
+            cuda.take_experts_launched();
+            cuda.start_profile();
             forward(&mut cache)?;
+            let split_us = cuda.take_profile()?;
+            let experts = cuda.take_experts_launched() as f64 / weights.moe_layers.max(1) as f64;
+            let timing = Timing::from_samples(samples);
+            let bytes = ReadBytes::of(&weights, experts, past + t, kv_per_token);
+            let floor_us = bytes.floor_us(copy_gbps);
+            rows.push(ForwardRow {
+                context: past,
+                t,
+                median_us: timing.median_us,
+                p10_us: timing.p10_us,
+                p90_us: timing.p90_us,
+                experts_per_layer: experts,
+                bytes,
+                floor_us,
+                pct_of_floor: 100.0 * floor_us / timing.median_us,
+                split_us,
+            });
         }
-        let mut samples = Vec::with_capacity(args.reps);
-        for _ in 0..args.reps {
-            let start = clock.mark()?;
-            forward(&mut cache)?;
-            let end = clock.mark()?;
-            samples.push(clock.elapsed_us(&start, &end)?);
-        }
-        // The grouped MoE reads its experts-touched count back only while profiling (the routing
-        // stays on the GPU otherwise); every rep routes the same tokens, so one forward tells.
-        cuda.take_experts_launched();
-        cuda.start_profile();
-        forward(&mut cache)?;
-        let split_us = cuda.take_profile()?;
-        let experts = cuda.take_experts_launched() as f64 / weights.moe_layers.max(1) as f64;
-        let timing = Timing::from_samples(samples);
-        let bytes = ReadBytes::of(&weights, experts, past + t, kv_entry);
-        let floor_us = bytes.floor_us(copy_gbps);
-        rows.push(ForwardRow {
-            t,
-            median_us: timing.median_us,
-            p10_us: timing.p10_us,
-            p90_us: timing.p90_us,
-            experts_per_layer: experts,
-            bytes,
-            floor_us,
-            pct_of_floor: 100.0 * floor_us / timing.median_us,
-            split_us,
+        // Greedy decoding after the context: one-token forwards, as `generate` runs them.
+        KvStore::truncate(&mut cache, past);
+        let decode_tps = (args.generate > 1)
+            .then(|| -> anyhow::Result<f64> {
+                let start = std::time::Instant::now();
+                for _ in 1..args.generate {
+                    let position = cache.len();
+                    next = model.forward_argmax(&mut cache, &[next], &[position], None)?[0];
+                }
+                Ok(rate(args.generate - 1, start.elapsed().as_secs_f64()))
+            })
+            .transpose()?;
+        contexts.push(ContextRow {
+            context: past,
+            prefill_us,
+            prefill_tokens_per_s: rate(past, prefill_us / 1e6),
+            decode_tokens_per_s: decode_tps,
+            kv_bytes_per_token: kv_per_token,
         });
+        first_prompt.get_or_insert(prompt);
     }
-    let greedy =
-        (args.generate > 0).then(|| greedy_generate_timed(&model, &prompt, args.generate, None)).transpose()?;
-    let decode_tps = greedy.as_ref().map(|g| g.decode_tokens_per_s());
-    let points = rows.iter().map(|r| (r.t, r.median_us)).collect();
+    let prompt = first_prompt.unwrap_or_default();
+    let first_context = contexts.first().map_or(0, |r| r.context);
+    // The cost model is the first context's forwards.
+    let points = rows.iter().filter(|r| r.context == first_context).map(|r| (r.t, r.median_us)).collect();
     let cost = CostModel::new(cuda.describe(), args.model.display().to_string(), points)?;
     let cost_path = args.save_cost.clone().unwrap_or_else(|| default_cost_path(&args));
     cost.save(&cost_path)?;
@@ -194,7 +234,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let out = serde_json::json!({
             "model": args.model, "backend": cuda.describe(),
             "mode": format!("{:?}", cuda.mode()), "copy_gbps": copy_gbps, "weights": weights,
-            "context": past, "forwards": rows, "greedy_decode_tokens_per_s": decode_tps,
+            "kv_dtype": model.heads().kv, "kv_bytes_per_token": kv_per_token, "kv_room_tokens": kv_room,
+            "contexts": contexts, "forwards": rows,
             "load_s": load_s, "peak_rss_before_load": rss_before, "peak_rss_after": rss_after,
             "w4a16_variants": variants_json, "cost_model": cost_path, "spec": spec_rows,
         });
@@ -218,12 +259,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         weights.experts_per_layer,
         weights.moe_layers
     );
+    println!("{kv_line}; room for {kv_room} tokens within --kv-memory");
     print!("{}", table(&rows, copy_gbps));
-    if let Some(tps) = decode_tps {
-        println!("greedy decode after {past} tokens of context: {tps:.1} tokens/s");
-    }
+    print!("{}", context_table(&contexts));
     if !spec_rows.is_empty() {
-        println!("\nspeculative decoding, noisy-oracle drafter, {} tokens after {past} of context:", args.spec_tokens);
+        println!(
+            "\nspeculative decoding, noisy-oracle drafter, {} tokens after {first_context} of context:",
+            args.spec_tokens
+        );
         print!("{}", spec_sweep::table(&spec_rows));
     }
     Ok(())

@@ -14,8 +14,8 @@ use kdtree_engine::{Config, EngineError, Model, greedy_generate_timed};
 
 use super::backend::{BackendArgs, variant_table};
 
-/// Greedy decoding from token ids: the prompt is prefilled in one forward pass, then one token per
-/// forward. Prints the new tokens and the speed, prefill and decode separately.
+/// Greedy decoding from token ids: the prompt is prefilled in chunks (--prefill-chunk), then one
+/// token per forward. Prints the new tokens and the speed, prefill and decode separately.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
     /// Model folder: config.json and safetensors shards.
@@ -89,7 +89,10 @@ fn run_on<B: Backend>(
     variants: impl Fn(&Model<B>) -> (String, serde_json::Value),
 ) -> anyhow::Result<()> {
     let rss_before_load = peak_rss();
-    let model = Model::load_on(&args.model, backend).with_context(|| format!("loading {}", args.model.display()))?;
+    let mut model =
+        Model::load_on(&args.model, backend).with_context(|| format!("loading {}", args.model.display()))?;
+    let kv = args.backend.configure(&mut model)?;
+    eprintln!("{kv}");
     let (variants, variants_json) = variants(&model);
     // With --json, stdout holds one JSON object: the table goes to stderr (and into the object).
     if args.json {

@@ -430,7 +430,10 @@ impl Backend for CudaBackend {
         if latent.rows != batch.n || k_rope.rows != batch.n || latent.cols != h.latent || k_rope.cols != h.rope {
             return Err(shape_error(
                 "kv_append",
-                format!("latent [{}, {}] and k_rope [{}, {}] for a batch of {}", latent.rows, latent.cols, k_rope.rows, k_rope.cols, batch.n),
+                format!(
+                    "latent [{}, {}] and k_rope [{}, {}] for a batch of {}",
+                    latent.rows, latent.cols, k_rope.rows, k_rope.cols, batch.n
+                ),
             ));
         }
         if layer >= cache.layers {
@@ -454,7 +457,12 @@ impl Backend for CudaBackend {
         if cache.len() + batch.n > cache.capacity() || layer >= cache.layers {
             return Err(shape_error(
                 "attention",
-                format!("layer {layer} of {}, {} entries, room for {}", cache.layers, cache.len() + batch.n, cache.capacity()),
+                format!(
+                    "layer {layer} of {}, {} entries, room for {}",
+                    cache.layers,
+                    cache.len() + batch.n,
+                    cache.capacity()
+                ),
             ));
         }
         let table = cache.table.as_ref().expect("a cache with room has a table");

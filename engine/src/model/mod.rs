@@ -87,8 +87,14 @@ pub struct WeightBytes {
 }
 
 /// A loaded model on backend `B`: its weights, and the ops they run through.
+/// Prompt tokens per forward of [`Model::prefill`] unless set otherwise: long enough that a chunk's
+/// weights are read for many tokens at once, short enough that a chunk's routed assignments (1024
+/// x top-8 for Kimi K2) fit one grouped MoE launch and its activations stay small.
+pub const DEFAULT_PREFILL_CHUNK: usize = 1024;
+
 pub struct Model<B: Backend = CpuBackend> {
     pub config: Config,
+    prefill_chunk: usize,
     backend: Arc<B>,
     embed: B::Linear,
     layers: Vec<Layer<B>>,
@@ -187,6 +193,7 @@ impl<B: Backend> Model<B> {
         };
 
         Ok(Model {
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
             norm: vector("model.norm.weight", h)?,
             rope: Rope::new(b, &rotary::rope_table(c))?,
             heads,
@@ -226,6 +233,37 @@ impl<B: Backend> Model<B> {
         }
         self.heads.kv = kv;
         Ok(())
+    }
+
+    /// Prompt tokens per forward of [`Self::prefill`]; at least 1.
+    pub fn set_prefill_chunk(&mut self, tokens: usize) -> Result<()> {
+        if tokens == 0 {
+            return Err(EngineError::InvalidArgument("the prefill chunk must hold at least 1 token".into()));
+        }
+        self.prefill_chunk = tokens;
+        Ok(())
+    }
+
+    pub fn prefill_chunk(&self) -> usize {
+        self.prefill_chunk
+    }
+
+    /// Appends `prompt` to `cache` at the positions after its entries, in causal forwards of at most
+    /// [`Self::prefill_chunk`] tokens, and returns the argmax of the last token's logits: the first
+    /// token greedy decoding emits. A row's result does not depend on the rows computed with it, so
+    /// the chunk size changes no bits; and no forward holds more than a chunk's activations, so a
+    /// prompt of any length that fits the context and the cache runs.
+    pub fn prefill(&self, cache: &mut B::Cache, prompt: &[u32]) -> Result<u32> {
+        if prompt.is_empty() {
+            return Err(EngineError::InvalidArgument("prefill: the prompt is empty".into()));
+        }
+        let mut next = 0;
+        for chunk in prompt.chunks(self.prefill_chunk) {
+            let start = cache.len();
+            let positions: Vec<usize> = (start..start + chunk.len()).collect();
+            next = self.forward_argmax(cache, chunk, &positions, None)?[chunk.len() - 1];
+        }
+        Ok(next)
     }
 
     pub fn new_cache(&self) -> B::Cache {

@@ -82,14 +82,21 @@ impl Heads {
 
     /// The sizes as the MLA kernels and their reference see them.
     pub fn mla(&self) -> MlaShape {
-        MlaShape { heads: self.heads, nope: self.nope, rope: self.rope, v: self.v, latent: self.latent, scale: self.scale }
+        MlaShape {
+            heads: self.heads,
+            nope: self.nope,
+            rope: self.rope,
+            v: self.v,
+            latent: self.latent,
+            scale: self.scale,
+        }
     }
 }
 
 /// The dtype of the KV cache's entries. bf16 is what the GPU's kernels read (and halves f32's
 /// bytes); f32 keeps an f32 checkpoint's arithmetic exact on the CPU. Queries are rounded to the
 /// same dtype before they meet the cache, as the GPU's tensor cores take them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvDtype {
     Bf16,

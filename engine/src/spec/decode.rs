@@ -198,9 +198,8 @@ pub fn speculative_generate<B: Backend>(
     }
     let vocab = target.config.vocab_size;
     let mut cache = target.new_cache();
-    let positions: Vec<usize> = (0..prompt.len()).collect();
-    let mut bonus = *target.forward_argmax(&mut cache, prompt, &positions, None)?.last().expect("a row per token");
-    stats.target_forwards += 1;
+    let mut bonus = target.prefill(&mut cache, prompt)?;
+    stats.target_forwards += prompt.len().div_ceil(target.prefill_chunk());
     stats.prefill_time = started.elapsed();
     let mut text = prompt.to_vec();
     while !push(&mut out, &[bonus], max_new, stop) {
