@@ -173,7 +173,10 @@ mod tests {
                 for d in 0..S.v {
                     let want: f32 = (0..=i).map(|t| e[t] / sum * row(base + S.nope + d, &kv[t * w..][..w])).sum();
                     let got = absorbed[(i * S.heads + h) * S.v + d];
-                    assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "row {i} head {h} dim {d}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "row {i} head {h} dim {d}: {got} vs {want}"
+                    );
                 }
             }
         }
