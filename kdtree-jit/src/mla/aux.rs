@@ -121,6 +121,7 @@ impl AuxKernel {
 
     /// Writes `n` new entries `[latent[j] | k_pe[j]]` (f32 `[n, latent]` and `[n, rope]`, rounded to
     /// bf16) at logical positions `past .. past + n` of `cache.layer`, `past` read on the device.
+    #[allow(clippy::too_many_arguments)]
     pub fn append(
         &self,
         gpu: &Gpu,

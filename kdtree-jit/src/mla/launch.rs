@@ -199,7 +199,7 @@ pub fn upload_cache(
     let entries = kv.len() / width;
     let pages = entries.div_ceil(page).max(1);
     // Page p lives in slot (p * 5 + 3) mod pages when that is a permutation, else in reverse.
-    let slot = |p: usize| if pages % 5 != 0 { (p * 5 + 3) % pages } else { pages - 1 - p };
+    let slot = |p: usize| if !pages.is_multiple_of(5) { (p * 5 + 3) % pages } else { pages - 1 - p };
     let page_len = layers * page * width;
     let mut pool = vec![0x7fc0u16; pages * page_len];
     for t in 0..entries {
@@ -220,6 +220,7 @@ pub fn upload_cache(
 /// `[past + n, width]` (logical order, the new rows' entries last) as bf16 bits; the cache is laid out
 /// by [`upload_cache`] (shuffled pages of `page` entries, layer 1 of 2). Returns `o_lat`, `[n, heads,
 /// latent]`.
+#[allow(clippy::too_many_arguments)]
 pub fn mla_host(
     gpu: &Gpu,
     kernel: &MlaKernel,
