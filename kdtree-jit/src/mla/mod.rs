@@ -9,10 +9,40 @@
 //! | head sizes | [`MlaShape`] |
 //! | which new tokens each new token sees | [`NewMask`] |
 //! | the CPU reference | [`reference`] |
+//! | the attention kernels' variant space, and which points fit an arch | [`MlaDecode`], [`rules`] |
+//! | the paged cache, the launch, a host round trip | [`PagedCache`], [`MlaKernel`], [`mla_host`] |
+//! | absorb, unabsorb, cache append and gather on the GPU | [`MlaAux`], [`AuxKernel`] |
+//!
+//! The GPU family (`templates/mla_decode.cu.tera`): block (row, group of `hb` heads, split) runs
+//! one split of the row's compact sequence on the tensor cores, a second entry merges the splits by
+//! log-sum-exp. Tiles and splits are cut from the compact sequence by its length alone, so a row's
+//! bits do not depend on how many rows run with it: a tree row equals the same row decoded alone.
+//!
+//! ```no_run
+//! use kdtree_jit::mla::{MlaDecode, MlaKernel, MlaShape, NewMask, mla_host};
+//! use kdtree_jit::{Gpu, Target};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let gpu = Gpu::open(0)?;
+//! let kernel = MlaKernel::compile(&gpu, MlaDecode::default_for(&Target { arch: gpu.arch }), None)?;
+//! let s = MlaShape { heads: 4, nope: 32, rope: 16, v: 32, latent: 64, scale: 0.1 };
+//! let (past, n) = (100, 2);
+//! let q = vec![0x3f80u16; n * s.heads * s.width()]; // bf16 ones
+//! let kv = vec![0x3f80u16; (past + n) * s.width()];
+//! let o_lat = mla_host(&gpu, &kernel, &s, &q, &kv, past, &NewMask::Causal, 64)?; // [n, heads, latent]
+//! # Ok(()) }
+//! ```
 
+pub mod aux;
+pub mod launch;
 pub mod reference;
+pub mod rules;
+pub mod space;
 
+pub use aux::{AuxKernel, absorb_host, unabsorb_host};
+pub use launch::{DeviceMask, MlaBuffers, MlaKernel, PagedCache, mla_host, shape_error, upload_cache};
 pub use reference::NewMask;
+pub use space::{MlaAux, MlaDecode};
 
 /// MLA's sizes as the absorbed form sees them.
 #[derive(Clone, Copy, Debug, PartialEq)]

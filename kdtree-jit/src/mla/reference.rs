@@ -133,6 +133,7 @@ mod tests {
         let kv = values((past + n) * w, 5);
         let parents = [None, Some(0), Some(0), Some(2)];
         let mut bits = vec![0u32; n];
+        #[allow(clippy::needless_range_loop)]
         for i in 0..n {
             let mut at = Some(i);
             while let Some(j) = at {

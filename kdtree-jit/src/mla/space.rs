@@ -1,0 +1,105 @@
+//! The MLA variant spaces: the decode kernel's tile shapes ([`MlaDecode`]), and the small kernels
+//! around it ([`MlaAux`]).
+//!
+//! - `hb`: heads per block, 16, 32 or 64: the MMA's M is 16 heads, so a block runs `hb / 16` head
+//!   groups of two warps. Every head reads the same cache entries: more heads a block read each
+//!   tile fewer times (K2 has 64 heads: one head group of 64 reads the cache once per row), fewer
+//!   put more blocks on the GPU when there are few rows and splits. Models with fewer heads pad.
+//! - `bn`: cache entries per tile, 16, 32 or 64: the online softmax's step. Bigger tiles pay the
+//!   softmax's two block barriers per more entries, and cost shared memory (`bn` x 1168 bytes a
+//!   stage at K2's width).
+//! - `stages`: 1 or 2: with 2, the next tile's cp.async overlaps this tile's math.
+//! - `max_splits`: 32, 64 or 128: the most splits (flash-decoding) a row's sequence is cut into, the
+//!   grid's z. A row of L entries runs `ceil(L / split_len)` splits of `split_len = bn * ceil(ceil(L /
+//!   bn) / max_splits)`, a function of L alone: a row's bits never depend on the batch. More splits
+//!   fill the GPU at few rows, and cost workspace and combine work.
+
+use crate::{Arch, Target, Variant};
+
+crate::variant_space! {
+    /// One absorbed MLA attention kernel over a paged bf16 latent cache, and its split combine.
+    pub space MlaDecode {
+        template = "mla_decode.cu.tera";
+        name = "mla_decode_h{hb}n{bn}_s{stages}_x{max_splits}";
+        axes {
+            /// heads per block (MMA M, 16 per head group)
+            hb: u32 = [16, 32, 64],
+            /// cache entries per tile
+            bn: u32 = [16, 32, 64],
+            /// cp.async pipeline depth
+            stages: u32 = [1, 2],
+            /// the most splits of a row's sequence
+            max_splits: u32 = [32, 64, 128],
+        }
+        check = crate::mla::rules::check;
+    }
+}
+
+crate::variant_space! {
+    /// The small MLA kernels: query absorption (its entry is the variant's name), output
+    /// unabsorption, cache append and gather.
+    pub space MlaAux {
+        template = "mla_aux.cu.tera";
+        name = "mla_aux_r{rows}";
+        axes {
+            /// rows a block of absorb / unabsorb takes (kv_b is read once per `rows` rows)
+            rows: u32 = [16],
+        }
+        check = crate::mla::rules::check_aux;
+    }
+}
+
+impl MlaDecode {
+    /// The name of the template's second entry, which merges the splits.
+    pub fn combine_name(&self) -> String {
+        format!("{}_combine", self.name())
+    }
+
+    /// f32 elements of the workspace a launch of `n` rows needs: `[n, max_splits, heads, latent]`
+    /// partial outputs, then `[n, max_splits, heads, 2]` (max, sum) pairs.
+    pub fn workspace_len(&self, n: usize, heads: usize, latent: usize) -> usize {
+        n * self.max_splits as usize * heads * (latent + 2)
+    }
+
+    /// Splits a row of `len` compact entries runs (0 for an empty row): the kernel's plan.
+    pub fn splits(&self, len: usize) -> usize {
+        if len == 0 {
+            return 0;
+        }
+        let tiles = len.div_ceil(self.bn as usize);
+        let per = tiles.div_ceil(self.max_splits as usize);
+        tiles.div_ceil(per)
+    }
+
+    /// The engine's default until tuning picks: 64 heads a block (K2's heads, the cache read once per
+    /// row), 32-entry tiles in 2 stages, up to 64 splits; where that does not fit the arch's shared
+    /// memory (sm_120's 99 KiB), 16-entry tiles in 1 stage.
+    pub fn default_for(target: &Target) -> MlaDecode {
+        let big = MlaDecode { hb: 64, bn: 32, stages: 2, max_splits: 64 };
+        if big.check(target).is_ok() { big } else { MlaDecode { bn: 16, stages: 1, ..big } }
+    }
+
+    /// The decode variants valid on `arch`.
+    pub fn valid_on(arch: Arch) -> Vec<MlaDecode> {
+        MlaDecode::valid(&Target { arch })
+    }
+}
+
+impl MlaAux {
+    pub fn unabsorb_name(&self) -> String {
+        format!("{}_unabsorb", self.name())
+    }
+
+    pub fn append_name(&self) -> String {
+        format!("{}_append", self.name())
+    }
+
+    pub fn gather_name(&self) -> String {
+        format!("{}_gather", self.name())
+    }
+
+    /// The only point.
+    pub fn default_for(_: &Target) -> MlaAux {
+        MlaAux { rows: 16 }
+    }
+}

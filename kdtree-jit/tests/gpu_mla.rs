@@ -1,0 +1,347 @@
+//! The MLA family on a GPU: every valid decode variant against the CPU reference on K2's dims (64
+//! heads, latent 512, rope 64) and tiny ones, contexts off the tile edges, one row, a draft tree
+//! (bits), a causal block and a full block, over shuffled pages; a tree row against the same row
+//! decoded alone, bit for bit (batch invariance); absorb, unabsorb, append and gather against their
+//! references; and a timing of K2's attention. Run on a GPU machine:
+//! `cargo test --release -p kdtree-jit --test gpu_mla -- --ignored --nocapture --test-threads=1`.
+
+use std::path::Path;
+
+use half::bf16;
+use kdtree_jit::mla::reference::{absorb_query, attention, unabsorb_output};
+use kdtree_jit::mla::{
+    AuxKernel, DeviceMask, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaShape, NewMask, PagedCache, absorb_host,
+    mla_host, unabsorb_host, upload_cache,
+};
+use kdtree_jit::{Cache, Gpu, Target, Variant, compile_all};
+use kdtree_quant::sample::symmetric;
+
+const K2: MlaShape = MlaShape { heads: 64, nope: 128, rope: 64, v: 128, latent: 512, scale: 0.1352 };
+
+fn bits(values: &[f32]) -> Vec<u16> {
+    values.iter().map(|&x| bf16::from_f32(x).to_bits()).collect()
+}
+
+fn widen(b: &[u16]) -> Vec<f32> {
+    b.iter().map(|&x| bf16::from_bits(x).to_f32()).collect()
+}
+
+fn cache() -> Cache {
+    Cache::open(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("cubin")).unwrap()
+}
+
+/// Every valid decode variant of the GPU, loaded.
+fn kernels(gpu: &Gpu) -> Vec<MlaKernel> {
+    let valid = MlaDecode::valid(&Target { arch: gpu.arch });
+    compile_all(&valid, gpu.arch, Some(&cache()), |_| {})
+        .into_iter()
+        .map(|(v, c)| MlaKernel::load(gpu, v, &c.unwrap_or_else(|e| panic!("{}: {e}", v.name()))).unwrap())
+        .collect()
+}
+
+/// The ancestor bits of a tree given by its parents: each node sees itself and its ancestors.
+fn tree_bits(parents: &[Option<usize>]) -> Vec<u32> {
+    let n = parents.len();
+    let words = n.div_ceil(32);
+    let mut bits = vec![0u32; n * words];
+    for i in 0..n {
+        let mut at = Some(i);
+        while let Some(j) = at {
+            bits[i * words + j / 32] |= 1 << (j % 32);
+            at = parents[j];
+        }
+    }
+    bits
+}
+
+struct Case {
+    name: &'static str,
+    shape: MlaShape,
+    past: usize,
+    n: usize,
+    mask: NewMask,
+    page: usize,
+    /// The queries' range: larger values make peakier softmaxes.
+    q_amp: f32,
+}
+
+fn cases() -> Vec<Case> {
+    let tiny = MlaShape { heads: 3, nope: 16, rope: 16, v: 16, latent: 32, scale: 0.25 };
+    let odd = MlaShape { heads: 20, nope: 32, rope: 32, v: 32, latent: 96, scale: 0.2 };
+    let tree = NewMask::Bits(tree_bits(&[None, Some(0), Some(0), Some(1), Some(3)]));
+    let c = |name, shape, past, n, mask, page, q_amp| Case { name, shape, past, n, mask, page, q_amp };
+    vec![
+        c("tiny, one entry", tiny, 0, 1, NewMask::Causal, 16, 1.0),
+        c("tiny, 37 + tree of 5", tiny, 37, 5, tree.clone(), 16, 2.0),
+        c("20 heads, latent 96, 1000 + 64 causal", odd, 1000, 64, NewMask::Causal, 64, 1.0),
+        c("K2, 1 + 1", K2, 1, 1, NewMask::Causal, 64, 1.0),
+        c("K2, 37 + tree of 5", K2, 37, 5, tree.clone(), 64, 1.0),
+        c("K2, 1000 + 64 causal", K2, 1000, 64, NewMask::Causal, 256, 1.0),
+        c("K2, 1000 + 7 full", K2, 1000, 7, NewMask::Full, 64, 0.5),
+        c("K2, 5000 + 1, peaky", K2, 4999, 1, NewMask::Causal, 128, 3.0),
+        c("K2, 4999 + tree of 5", K2, 4999, 5, tree, 64, 1.0),
+    ]
+}
+
+/// The worst error of `got` against `want`, over the bound: each (row, head)'s outputs are a convex
+/// combination of the entries' latent values, and the kernel's P is rounded to bf16 (relative error
+/// at most 2^-9 a weight) while the sum it divides by is not, so the error is at most about 2^-9 of
+/// the largest latent value; the f32 scores (bf16 inputs, exact products) and exp2 add far less. The
+/// bound, 1e-2 of the largest latent magnitude, leaves a factor 5 over that.
+fn worst(got: &[f32], want: &[f32], kv_max: f32) -> f32 {
+    assert_eq!(got.len(), want.len());
+    got.iter().zip(want).map(|(g, w)| if g.is_finite() { (g - w).abs() } else { f32::INFINITY }).fold(0.0, f32::max)
+        / (1e-2 * kv_max)
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn every_valid_variant_matches_the_reference() {
+    let gpu = Gpu::open(0).unwrap();
+    let kernels = kernels(&gpu);
+    eprintln!("{} variants on {}", kernels.len(), gpu.arch);
+    let mut failures = Vec::new();
+    for (ci, case) in cases().iter().enumerate() {
+        let s = &case.shape;
+        let w = s.width();
+        let q = bits(&symmetric(case.n * s.heads * w, 10 + ci as u64, case.q_amp));
+        let kv = bits(&symmetric((case.past + case.n) * w, 100 + ci as u64, 1.0));
+        let want = attention(&widen(&q), &widen(&kv), case.past, &case.mask, s);
+        let mut worst_case: (f32, String) = (0.0, String::new());
+        for k in &kernels {
+            let got = mla_host(&gpu, k, s, &q, &kv, case.past, &case.mask, case.page).unwrap();
+            let e = worst(&got, &want, 1.0);
+            if e > worst_case.0 {
+                worst_case = (e, k.variant().name());
+            }
+            if e > 1.0 {
+                failures.push(format!("{}: {}: error {e:.2} of the bound", case.name, k.variant().name()));
+            }
+        }
+        eprintln!("{}: worst {:.3} of the bound ({})", case.name, worst_case.0, worst_case.1);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn a_tree_row_equals_the_same_row_decoded_alone_bit_for_bit() {
+    let gpu = Gpu::open(0).unwrap();
+    let s = K2;
+    let w = s.width();
+    // Committed 1000 entries, then a tree: 0 -> {1, 2}, 1 -> 3, 3 -> 4, 2 -> 5.
+    let parents = [None, Some(0), Some(0), Some(1), Some(3), Some(2)];
+    let (past, n) = (1000, parents.len());
+    let q = bits(&symmetric(n * s.heads * w, 1, 1.0));
+    let kv = bits(&symmetric((past + n) * w, 2, 1.0));
+    let mask = NewMask::Bits(tree_bits(&parents));
+    let causal_q = bits(&symmetric(64 * s.heads * w, 3, 1.0));
+    let causal_kv = bits(&symmetric((past + 64) * w, 4, 1.0));
+    let mut failures = Vec::new();
+    for k in &kernels(&gpu) {
+        let name = k.variant().name();
+        let tree = mla_host(&gpu, k, &s, &q, &kv, past, &mask, 64).unwrap();
+        for (i, _) in parents.iter().enumerate() {
+            // Row i alone: its path's entries appended to the committed ones, decoded as one new row.
+            let mut path = Vec::new();
+            let mut at = Some(i);
+            while let Some(j) = at {
+                path.push(j);
+                at = parents[j];
+            }
+            path.reverse();
+            let mut alone_kv = kv[..past * w].to_vec();
+            for &j in &path {
+                alone_kv.extend_from_slice(&kv[(past + j) * w..][..w]);
+            }
+            let alone_past = past + path.len() - 1;
+            let row_q = &q[i * s.heads * w..][..s.heads * w];
+            // Other page sizes: the layout must not matter either.
+            let alone = mla_host(&gpu, k, &s, row_q, &alone_kv, alone_past, &NewMask::Causal, 16).unwrap();
+            let row = &tree[i * s.heads * s.latent..][..s.heads * s.latent];
+            if alone.iter().zip(row).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                failures.push(format!("{name}: tree row {i} differs from the row alone"));
+            }
+        }
+        // A causal block of 64 rows against its first 10 rows run by themselves, and row 37 alone.
+        let all = mla_host(&gpu, k, &s, &causal_q, &causal_kv, past, &NewMask::Causal, 64).unwrap();
+        let first = mla_host(
+            &gpu,
+            k,
+            &s,
+            &causal_q[..10 * s.heads * w],
+            &causal_kv[..(past + 10) * w],
+            past,
+            &NewMask::Causal,
+            256,
+        )
+        .unwrap();
+        if first.iter().zip(&all).any(|(a, b)| a.to_bits() != b.to_bits()) {
+            failures.push(format!("{name}: a causal block's first 10 rows depend on the block's size"));
+        }
+        let r = 37;
+        let one = mla_host(
+            &gpu,
+            k,
+            &s,
+            &causal_q[r * s.heads * w..][..s.heads * w],
+            &causal_kv[..(past + r + 1) * w],
+            past + r,
+            &NewMask::Causal,
+            32,
+        )
+        .unwrap();
+        if one.iter().zip(&all[r * s.heads * s.latent..]).any(|(a, b)| a.to_bits() != b.to_bits()) {
+            failures.push(format!("{name}: causal row {r} differs from the row alone"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn aux(gpu: &Gpu) -> AuxKernel {
+    AuxKernel::compile(gpu, MlaAux::default_for(&Target { arch: gpu.arch }), Some(&cache())).unwrap()
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn absorb_and_unabsorb_match_their_references() {
+    let gpu = Gpu::open(0).unwrap();
+    let k = aux(&gpu);
+    let tiny = MlaShape { heads: 3, nope: 16, rope: 16, v: 24, latent: 32, scale: 1.0 };
+    for s in [K2, tiny] {
+        let kv_b = bits(&symmetric(s.heads * (s.nope + s.v) * s.latent, 7, 0.1));
+        let kv_b_f = widen(&kv_b);
+        for n in [1, 5, 37] {
+            let q = symmetric(n * s.heads * (s.nope + s.rope), 8 + n as u64, 2.0);
+            // Absorb sums in the reference's order with the same roundings: equal bits.
+            let want = bits(&absorb_query(&q, &kv_b_f, &s));
+            assert_eq!(absorb_host(&gpu, &k, &s, &q, &kv_b).unwrap(), want, "absorb, n = {n}");
+            // Unabsorb sums in another fixed order: within f32 rounding of the sum of magnitudes
+            // (latent 512 products, a few ulps of their absolute sum), and a row's bits do not
+            // depend on n.
+            let o_lat = symmetric(n * s.heads * s.latent, 9, 1.0);
+            let want = unabsorb_output(&o_lat, &kv_b_f, &s);
+            let got = unabsorb_host(&gpu, &k, &s, &o_lat, &kv_b).unwrap();
+            let bound = 1e-5 * s.latent as f32 * 0.1;
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= bound, "unabsorb, n = {n}: {g} vs {w}");
+            }
+            let one = unabsorb_host(&gpu, &k, &s, &o_lat[(n - 1) * s.heads * s.latent..], &kv_b).unwrap();
+            assert_eq!(one, got[(n - 1) * s.heads * s.v..], "unabsorb's last row alone, n = {n}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn append_then_gather_round_trips_through_shuffled_pages() {
+    let gpu = Gpu::open(0).unwrap();
+    let k = aux(&gpu);
+    let st = &gpu.stream;
+    for s in [K2, MlaShape { heads: 2, nope: 16, rope: 16, v: 16, latent: 32, scale: 1.0 }] {
+        let w = s.width();
+        let (past, n, page) = (70, 9, 16);
+        let old = bits(&symmetric((past + n) * w, 11, 1.0));
+        let (_pool, table) = upload_cache(&gpu, &old, w, page, 2, 1).unwrap();
+        let latent = symmetric(n * s.latent, 12, 3.0);
+        let k_pe = symmetric(n * s.rope, 13, 3.0);
+        let (ld, kd, pd) =
+            (st.clone_htod(&latent).unwrap(), st.clone_htod(&k_pe).unwrap(), st.clone_htod(&[past as u32]).unwrap());
+        let cache = PagedCache { table: table.as_view(), page, layer: 1 };
+        k.append(&gpu, &s, n, &ld.as_view(), &kd.as_view(), &cache, &pd.as_view()).unwrap();
+        let idx: Vec<u32> = (0..(past + n) as u32).rev().collect();
+        let idx_d = st.clone_htod(&idx).unwrap();
+        let mut out = st.alloc_zeros::<f32>(idx.len() * w).unwrap();
+        k.gather(&gpu, &s, &idx_d.as_view(), &cache, &mut out.as_view_mut()).unwrap();
+        let out = st.clone_dtoh(&out).unwrap();
+        for (i, &t) in idx.iter().enumerate() {
+            let t = t as usize;
+            let want: Vec<f32> = if t < past {
+                widen(&old[t * w..][..w])
+            } else {
+                let j = t - past;
+                let entry = [&latent[j * s.latent..][..s.latent], &k_pe[j * s.rope..][..s.rope]].concat();
+                widen(&bits(&entry))
+            };
+            assert_eq!(out[i * w..][..w], want[..], "entry {t}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn unsupported_shapes_are_errors_not_panics() {
+    let gpu = Gpu::open(0).unwrap();
+    let k = MlaKernel::compile(&gpu, MlaDecode::default_for(&Target { arch: gpu.arch }), Some(&cache())).unwrap();
+    let bad = MlaShape { heads: 2, nope: 16, rope: 8, v: 16, latent: 48, scale: 1.0 };
+    let q = vec![0u16; bad.heads * bad.width()];
+    let kv = vec![0u16; bad.width()];
+    let e = mla_host(&gpu, &k, &bad, &q, &kv, 0, &NewMask::Causal, 16).unwrap_err();
+    assert!(e.to_string().contains("latent 48"), "{e}");
+}
+
+/// K2's attention at T = 1 and 64 rows over 4096 and 32768 entries: every valid variant, the median
+/// of 30 event-timed launches each after an L2 flush (read), and the bytes of the latent cache read
+/// once (L x 576 x 2) over that time.
+#[test]
+#[ignore = "needs a GPU"]
+fn bench_k2_attention() {
+    use kdtree_jit::tune::bench::{BenchConfig, measure};
+    use kdtree_jit::tune::clock::CudaClock;
+    use kdtree_jit::tune::flush::{FlushMode, Flusher};
+    let gpu = Gpu::open(0).unwrap();
+    let s = K2;
+    let w = s.width();
+    let sms =
+        gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap()
+            as u32;
+    let mut flusher = Flusher::new(&gpu, FlushMode::Read, sms).unwrap();
+    let mut clock = CudaClock::new(gpu.stream.clone());
+    let kernels = kernels(&gpu);
+    let default = MlaDecode::default_for(&Target { arch: gpu.arch });
+    let st = &gpu.stream;
+    let cfg = BenchConfig { warmup: 3, reps: 30, batch: 10, give_up: 3.0 };
+    for ctx in [4096usize, 32768] {
+        for n in [1usize, 64] {
+            let past = ctx - n;
+            let kv = bits(&symmetric(ctx * w, 21, 1.0));
+            let (_pool, table) = upload_cache(&gpu, &kv, w, 64, 1, 0).unwrap();
+            let q = st.clone_htod(&bits(&symmetric(n * s.heads * w, 22, 1.0))).unwrap();
+            let past_d = st.clone_htod(&[past as u32]).unwrap();
+            let most = kernels.iter().map(|k| k.variant().workspace_len(n, s.heads, s.latent)).max().unwrap();
+            let mut workspace = st.alloc_zeros::<f32>(most).unwrap();
+            let mut o_lat = st.alloc_zeros::<f32>(n * s.heads * s.latent).unwrap();
+            let mut rows = Vec::new();
+            let mut best: Option<f64> = None;
+            for k in &kernels {
+                let mut run = || {
+                    let b = MlaBuffers {
+                        q: q.as_view(),
+                        cache: PagedCache { table: table.as_view(), page: 64, layer: 0 },
+                        past: past_d.as_view(),
+                        mask: DeviceMask::Causal,
+                        workspace: workspace.as_view_mut(),
+                        o_lat: o_lat.as_view_mut(),
+                    };
+                    k.launch(&gpu, &s, n, b).map_err(Into::into)
+                };
+                let t = measure(&mut clock, &cfg, best, || flusher.flush(st), &mut run).unwrap();
+                best = Some(best.map_or(t.median_us, |b: f64| b.min(t.median_us)));
+                rows.push((t.median_us, k.variant().name()));
+            }
+            rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let gbps = |us: f64| (ctx * w * 2) as f64 / us / 1e3;
+            let of_default = rows.iter().find(|r| r.1 == default.name()).map_or(f64::NAN, |r| r.0);
+            eprintln!(
+                "K2 T={n} L={ctx}: best {} {:.1} us ({:.0} GB/s); default {} {:.1} us ({:.0} GB/s); next {:?}",
+                rows[0].1,
+                rows[0].0,
+                gbps(rows[0].0),
+                default.name(),
+                of_default,
+                gbps(of_default),
+                &rows[1..4.min(rows.len())]
+            );
+        }
+    }
+}
