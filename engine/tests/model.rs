@@ -106,3 +106,24 @@ fn greedy_generation_is_the_argmax_chain_and_stops_at_the_stop_token() {
     let first = out.iter().position(|&t| t == out[2]).unwrap();
     assert_eq!(stopped, out[..=first]);
 }
+
+/// Prompts longer than any one forward's limit (8192 tokens once) run in causal chunks, and the
+/// chunking changes no bits: the first token and the next step's logits are equal for two chunk sizes.
+#[test]
+fn a_9000_token_prompt_prefills_in_chunks_with_the_same_bits_for_any_chunk_size() {
+    let spec = TinySpec { num_hidden_layers: 2, max_position_embeddings: 16384, seed: 5, ..TinySpec::default() };
+    let (_dir, mut model) = load(&spec);
+    let prompt: Vec<u32> = (0..9000u32).map(|i| (i * 7919 + 13) % 256).collect();
+    let mut run = |chunk: usize| {
+        model.set_prefill_chunk(chunk).unwrap();
+        let mut cache = model.new_cache();
+        let first = model.prefill(&mut cache, &prompt).unwrap();
+        assert_eq!(cache.len(), prompt.len());
+        let next = model.forward(&mut cache, &[first], &[prompt.len()], None).unwrap();
+        (first, next)
+    };
+    let (first, next) = run(4096);
+    assert!(next.iter().all(|v| v.is_finite()));
+    assert_eq!((first, next), run(1000));
+    assert!(model.set_prefill_chunk(0).is_err());
+}

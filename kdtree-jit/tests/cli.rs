@@ -47,7 +47,7 @@ fn render_prints_the_source_of_either_family_and_rejects_unknown_names() {
     }
     let unknown = kdtree_jit(&["render", "w4a16_nope"]);
     assert!(!unknown.status.success());
-    assert!(String::from_utf8_lossy(&unknown.stderr).contains("`w4a16_nope` is not a w4a16 variant"));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("`w4a16_nope` is not a w4a16 or mla variant"));
 }
 
 #[test]
@@ -136,4 +136,34 @@ fn compile_with_a_filter_that_matches_nothing_fails_saying_so() {
         failure(&["compile", "--arch", "90", "--filter", "w4a16_nosuch", "--nvrtc", empty.path().to_str().unwrap()]);
     assert!(stderr.contains("no variant valid on sm_90 has `w4a16_nosuch` in its name"), "{stderr}");
     assert!(stderr.contains("kdtree-jit list --arch sm_90"), "{stderr}");
+}
+
+#[test]
+fn the_mla_family_is_listed_rendered_and_compiled_like_the_gemms() {
+    use kdtree_jit::mla::{MlaAux, MlaDecode};
+    let listed: serde_json::Value =
+        serde_json::from_str(&stdout(&kdtree_jit(&["list", "--arch", "120", "--family", "mla", "--all", "--json"])))
+            .unwrap();
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), MlaDecode::all().len());
+    let valid: Vec<&str> =
+        listed.iter().filter(|v| v["valid"].as_bool().unwrap()).map(|v| v["name"].as_str().unwrap()).collect();
+    let expected: Vec<String> = MlaDecode::valid_on(Arch(120)).iter().map(Variant::name).collect();
+    assert_eq!(valid, expected);
+    assert!(listed.iter().any(|v| v["reason"].as_str().is_some_and(|r| r.contains("shared memory"))));
+
+    let decode = MlaDecode::default_for(&Target { arch: Arch(90) }).name();
+    let aux = MlaAux::default_for(&Target { arch: Arch(90) });
+    assert!(stdout(&kdtree_jit(&["render", &decode])).contains(&format!(" {decode}_combine(")));
+    assert!(stdout(&kdtree_jit(&["render", &aux.name()])).contains(&aux.gather_name()));
+
+    // One variant of each family, through the same command as the GEMMs (the CI gate compiles all).
+    for (family, name) in [("mla", decode), ("mla-aux", aux.name())] {
+        let args = ["compile", "--arch", "90", "--family", family, "--filter", &name, "--json", "--no-cache"];
+        let summary: serde_json::Value = serde_json::from_str(&stdout(&kdtree_jit(&args))).unwrap();
+        assert_eq!(summary["errors"].as_array().unwrap().len(), 0);
+        let compiled = summary["compiled"].as_array().unwrap();
+        assert_eq!(compiled.len(), 1);
+        assert_eq!(compiled[0]["name"].as_str().unwrap(), name);
+    }
 }

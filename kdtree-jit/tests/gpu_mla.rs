@@ -285,6 +285,41 @@ fn unsupported_shapes_are_errors_not_panics() {
 /// once (L x 576 x 2) over that time.
 #[test]
 #[ignore = "needs a GPU"]
+fn a_workspace_of_few_rows_runs_the_rows_in_slices_with_the_same_bits() {
+    let gpu = Gpu::open(0).unwrap();
+    let s = K2;
+    let w = s.width();
+    let (past, n) = (300, 40);
+    let kv = bits(&symmetric((past + n) * w, 31, 1.0));
+    let (_pool, table) = upload_cache(&gpu, &kv, w, 64, 1, 0).unwrap();
+    let st = &gpu.stream;
+    let q = st.clone_htod(&bits(&symmetric(n * s.heads * w, 32, 1.0))).unwrap();
+    let past_d = st.clone_htod(&[past as u32]).unwrap();
+    for k in &kernels(&gpu) {
+        let run = |rows: usize| {
+            let mut workspace = st.alloc_zeros::<f32>(k.variant().workspace_len(rows, s.heads, s.latent)).unwrap();
+            let mut o_lat = st.alloc_zeros::<f32>(n * s.heads * s.latent).unwrap();
+            let b = MlaBuffers {
+                q: q.as_view(),
+                cache: PagedCache { table: table.as_view(), page: 64, layer: 0 },
+                past: past_d.as_view(),
+                mask: DeviceMask::Causal,
+                workspace: workspace.as_view_mut(),
+                o_lat: o_lat.as_view_mut(),
+            };
+            k.launch(&gpu, &s, n, b).unwrap();
+            st.clone_dtoh(&o_lat).unwrap()
+        };
+        let whole = run(n);
+        // 40 rows in slices of 3: the last slice has one row.
+        let sliced = run(3);
+        let name = k.variant().name();
+        assert!(whole.iter().zip(&sliced).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}");
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
 fn bench_k2_attention() {
     use kdtree_jit::tune::bench::{BenchConfig, measure};
     use kdtree_jit::tune::clock::CudaClock;

@@ -12,6 +12,7 @@ use kdtree_engine::model::DEFAULT_PREFILL_CHUNK;
 use kdtree_engine::registry::{Backend, BackendKind, KvDtype, Selection, select};
 use kdtree_engine::table::table;
 use kdtree_jit::Variant;
+use kdtree_jit::mla::MlaDecode;
 use kdtree_jit::tune::db::TuningDb;
 use kdtree_jit::tune::run::Progress;
 use kdtree_jit::w4a16::grouped::W4a16Grouped;
@@ -47,6 +48,12 @@ pub struct BackendArgs {
     /// [default: bm 8, 4 warps, bk 128, 4 stages (2 where shared memory is short)].
     #[arg(long, value_name = "NAME", value_parser = grouped_variant)]
     pub grouped_variant: Option<W4a16Grouped>,
+    /// The MLA attention kernel's variant, e.g. mla_decode_h64n32_s2_x64 (`kdtree-jit list --family
+    /// mla` lists them) [default: 64 heads a block, 32-entry tiles, 2 stages, up to 64 splits; 16-entry
+    /// tiles in 1 stage where shared memory is short]. Every variant gives a row the same bits however
+    /// many rows run with it.
+    #[arg(long, value_name = "NAME", value_parser = mla_variant)]
+    pub mla_variant: Option<MlaDecode>,
     /// Run every forward op by op. By default a forward of up to 256 tokens is recorded as a CUDA
     /// graph the second time its size runs, and replayed after that: one launch a step instead of
     /// one per op. Forwards whose MoE layers read their routing back (--per-expert-moe) and
@@ -130,8 +137,15 @@ impl BackendArgs {
         let mode = if self.fast { Mode::Fast } else { Mode::Exact { m: self.exact_variant_m.unwrap_or(default_m) } };
         let tuning_db = self.tuning_db.clone().unwrap_or_else(TuningDb::default_path);
         let moe = if self.per_expert_moe { MoeKernels::PerExpert } else { MoeKernels::Grouped(self.grouped_variant) };
-        let options =
-            CudaOptions { ordinal: self.gpu, tuning_db, mode, moe, graphs: !self.no_graphs, kv_budget: self.kv_memory };
+        let options = CudaOptions {
+            ordinal: self.gpu,
+            tuning_db,
+            mode,
+            moe,
+            graphs: !self.no_graphs,
+            kv_budget: self.kv_memory,
+            mla: self.mla_variant,
+        };
         Ok(match select(self.backend, || CudaBackend::open(&options))? {
             Selection::Cpu { note } => {
                 if let Some(note) = note {
@@ -216,6 +230,10 @@ fn rows_of(plan: &Plan) -> Vec<(String, &kdtree_engine::cuda::VariantChoice)> {
 }
 
 /// A grouped variant by name.
+fn mla_variant(name: &str) -> Result<MlaDecode, String> {
+    MlaDecode::from_name(name).ok_or_else(|| format!("`{name}` is not an MLA decode variant (mla_decode_...)"))
+}
+
 fn grouped_variant(name: &str) -> Result<W4a16Grouped, String> {
     W4a16Grouped::from_name(name).ok_or_else(|| format!("`{name}` is not a grouped W4A16 variant (w4a16_grouped_...)"))
 }

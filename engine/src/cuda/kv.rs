@@ -15,6 +15,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kdtree_jit::kernel::Kernels;
 
 use super::graph::Graphs;
+use super::mla::MlaKernels;
 use crate::error::{EngineError, Result};
 use crate::model::check_compact;
 use crate::registry::{Heads, KvStore};
@@ -54,12 +55,20 @@ pub struct CudaKv {
     limit: Option<usize>,
     len: usize,
     kernels: Arc<Kernels>,
+    mla: Arc<MlaKernels>,
     /// Forwards recorded from this cache, which read its table.
     pub(super) graphs: Graphs,
 }
 
 impl CudaKv {
-    pub(super) fn new(kernels: Arc<Kernels>, layers: usize, heads: Heads, max_tokens: usize, budget: KvBudget) -> Self {
+    pub(super) fn new(
+        kernels: Arc<Kernels>,
+        mla: Arc<MlaKernels>,
+        layers: usize,
+        heads: Heads,
+        max_tokens: usize,
+        budget: KvBudget,
+    ) -> Self {
         Self {
             heads,
             layers,
@@ -70,6 +79,7 @@ impl CudaKv {
             limit: None,
             len: 0,
             kernels,
+            mla,
             graphs: Graphs::default(),
         }
     }
@@ -174,8 +184,8 @@ impl KvStore for CudaKv {
         let table = self.table.as_ref().expect("a cache holding entries has a table");
         for layer in 0..self.layers {
             // Gathered first, then written back: kept entries move down onto entries still to be read.
-            let kept = super::mla::gather(&self.kernels, table, self.heads, layer, &idx)?;
-            super::mla::append_entries(&self.kernels, table, self.heads, layer, &kept, rows.len(), &at)?;
+            let kept = self.mla.gather(table, self.heads, layer, &idx)?;
+            self.mla.append_entries(&self.kernels, table, self.heads, layer, &kept, rows.len(), &at)?;
         }
         self.len = start + keep.len();
         Ok(())

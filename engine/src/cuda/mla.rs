@@ -1,79 +1,173 @@
-//! Absorbed MLA on the GPU: kdtree-jit's MLA family (the tuned decode kernel and its fixed
-//! companions) called in the engine's types.
+//! Absorbed MLA on the GPU: kdtree-jit's MLA family (the decode kernel and its fixed companions)
+//! called in the engine's types. A forward's attention is three launches a layer and a split
+//! combine: absorb (`q_nope · W_UK`, bf16), attention over the paged latent cache, unabsorb (`W_UV`).
 
 use cudarc::driver::CudaSlice;
 use kdtree_jit::kernel::Kernels;
+use kdtree_jit::mla::{
+    AuxKernel, DeviceMask, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaShape, PagedCache, shape_error,
+};
+use kdtree_jit::{Cache, Gpu, Target};
 
+use super::kv::PAGE_TOKENS;
+use super::tensor::MaskMode;
 use super::{CudaBackend, CudaBatch};
 use crate::cpu::CpuAbsorb;
 use crate::error::{EngineError, Result};
 use crate::registry::{Heads, HostLinear};
 
-fn pending() -> EngineError {
-    EngineError::BackendUnavailable { reason: "the MLA kernel family is not wired in yet".into() }
+/// The most bytes of split partials one attention launch writes: rows run in slices that fit
+/// (K2: 31 rows of 64 heads x 64 splits), so a 1024-token prompt chunk costs no more than a tree.
+const WORKSPACE_BYTES: usize = 256 << 20;
+
+/// The MLA kernels of one GPU: the decode variant and the aux kernels.
+pub struct MlaKernels {
+    gpu: Gpu,
+    decode: MlaKernel,
+    aux: AuxKernel,
 }
 
-/// Entries `idx` of layer `layer`, widened to f32: `[idx.len(), width]`.
-pub(super) fn gather(
-    _k: &Kernels,
-    _table: &CudaSlice<u64>,
-    _h: Heads,
-    _layer: usize,
-    _idx: &CudaSlice<u32>,
-) -> Result<CudaSlice<f32>> {
-    Err(pending())
+impl std::fmt::Debug for MlaKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MlaKernels").field("decode", &self.decode.variant()).finish()
+    }
 }
 
-/// Writes `n` f32 entries `[n, width]` to layer `layer` at entries `at[0]..`.
-pub(super) fn append_entries(
-    _k: &Kernels,
-    _table: &CudaSlice<u64>,
-    _h: Heads,
-    _layer: usize,
-    _entries: &CudaSlice<f32>,
-    _n: usize,
-    _at: &CudaSlice<u32>,
-) -> Result<()> {
-    Err(pending())
+fn unsupported(h: Heads, reason: String) -> EngineError {
+    EngineError::NoKernel { shape: format!("MLA {h:?}"), reason }
+}
+
+impl MlaKernels {
+    /// Compiles (through the cubin cache) and loads `decode` and the aux kernels for `gpu`.
+    pub(super) fn load(gpu: &Gpu, decode: MlaDecode, cache: Option<&Cache>) -> Result<MlaKernels> {
+        let target = Target { arch: gpu.arch };
+        Ok(MlaKernels {
+            gpu: gpu.clone(),
+            decode: MlaKernel::compile(gpu, decode, cache)?,
+            aux: AuxKernel::compile(gpu, MlaAux::default_for(&target), cache)?,
+        })
+    }
+
+    pub fn variant(&self) -> &MlaDecode {
+        self.decode.variant()
+    }
+
+    /// Entries `idx` of layer `layer`, widened to f32 (exact): `[idx.len(), width]`.
+    pub(super) fn gather(
+        &self,
+        table: &CudaSlice<u64>,
+        h: Heads,
+        layer: usize,
+        idx: &CudaSlice<u32>,
+    ) -> Result<CudaSlice<f32>> {
+        let mut out = self.gpu.stream.alloc_zeros::<f32>((idx.len() * h.width()).max(1))?;
+        let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
+        self.aux.gather(&self.gpu, &h.mla(), &idx.as_view(), &cache, &mut out.as_view_mut())?;
+        Ok(out)
+    }
+
+    /// Writes `n` entries `[latent | k_rope]` (f32 `[n, latent]` and `[n, rope]`, rounded to bf16)
+    /// to layer `layer` at entries `at[0]..`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn append(
+        &self,
+        table: &CudaSlice<u64>,
+        h: Heads,
+        layer: usize,
+        latent: &CudaSlice<f32>,
+        k_rope: &CudaSlice<f32>,
+        n: usize,
+        at: &CudaSlice<u32>,
+    ) -> Result<()> {
+        let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
+        let (latent, k_rope) = (latent.as_view(), k_rope.as_view());
+        Ok(self.aux.append(&self.gpu, &h.mla(), n, &latent, &k_rope, &cache, &at.as_view())?)
+    }
+
+    /// Writes `n` f32 entries `[n, width]` (from [`Self::gather`]) to layer `layer` at entries
+    /// `at[0]..`: their columns split into latent and rope, then appended.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn append_entries(
+        &self,
+        k: &Kernels,
+        table: &CudaSlice<u64>,
+        h: Heads,
+        layer: usize,
+        entries: &CudaSlice<f32>,
+        n: usize,
+        at: &CudaSlice<u32>,
+    ) -> Result<()> {
+        let s = &self.gpu.stream;
+        let (mut latent, mut k_rope) = (s.alloc_zeros::<f32>(n * h.latent)?, s.alloc_zeros::<f32>(n * h.rope)?);
+        kdtree_kernels::copy_cols(k, entries, h.width(), 0, h.latent, &mut latent)?;
+        kdtree_kernels::copy_cols(k, entries, h.width(), h.latent, h.rope, &mut k_rope)?;
+        self.append(table, h, layer, &latent, &k_rope, n, at)
+    }
+
+    /// Absorbed attention of the batch's queries `q` (`[n, heads, nope + rope]` f32, rope applied)
+    /// over layer `layer`, whose entries for the batch are written: `out` is `[n, heads, v]` f32.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attention(
+        &self,
+        b: &CudaBackend,
+        q: &CudaSlice<f32>,
+        table: &CudaSlice<u64>,
+        h: Heads,
+        layer: usize,
+        batch: &CudaBatch,
+        kv_b: &CudaAbsorb,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let (s, n, gpu) = (h.mla(), batch.n, &self.gpu);
+        let mut q_lat = b.output::<u16>(n * s.heads * s.width())?;
+        self.aux.absorb(gpu, &s, n, &q.as_view(), &kv_b.w.as_view(), &mut q_lat.as_view_mut())?;
+        let row = self.variant().workspace_len(1, s.heads, s.latent);
+        let rows = (WORKSPACE_BYTES / 4 / row).clamp(1, n.max(1));
+        let mut workspace = b.output::<f32>(rows * row)?;
+        let mut o_lat = b.output::<f32>(n * s.heads * s.latent)?;
+        let mask = match batch.mask_mode {
+            MaskMode::Causal => DeviceMask::Causal,
+            MaskMode::Full => DeviceMask::Full,
+            MaskMode::Bits => DeviceMask::Bits(batch.mask.as_view()),
+        };
+        let buffers = MlaBuffers {
+            q: q_lat.as_view(),
+            cache: PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer },
+            past: batch.past.as_view(),
+            mask,
+            workspace: workspace.as_view_mut(),
+            o_lat: o_lat.as_view_mut(),
+        };
+        self.decode.launch(gpu, &s, n, buffers)?;
+        self.aux.unabsorb(gpu, &s, n, &o_lat.as_view(), &kv_b.w.as_view(), &mut out.as_view_mut())?;
+        Ok(())
+    }
 }
 
 /// A layer's `kv_b_proj` on the GPU in bf16, `[heads * (nope + v), latent]`.
 pub struct CudaAbsorb {
-    pub(super) w: CudaSlice<u16>,
+    w: CudaSlice<u16>,
 }
 
 impl CudaAbsorb {
+    /// Uploads `kv_b` as bf16 (widened exactly from a bf16 checkpoint), after checking that the MLA
+    /// kernels take these head sizes.
     pub(super) fn upload(b: &CudaBackend, name: &str, kv_b: &HostLinear, h: Heads) -> Result<CudaAbsorb> {
+        check_shape(h)?;
         let f32s = CpuAbsorb::new(name, kv_b, h)?.0;
         let bits: Vec<u16> = f32s.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect();
         Ok(CudaAbsorb { w: b.stream().clone_htod(&bits)? })
     }
 }
 
-/// Writes the batch's entries `[latent | k_rope]` to layer `layer` at entries `past..`.
-pub(super) fn append(
-    _k: &Kernels,
-    _table: &CudaSlice<u64>,
-    _h: Heads,
-    _layer: usize,
-    _latent: &CudaSlice<f32>,
-    _k_rope: &CudaSlice<f32>,
-    _batch: &CudaBatch,
-) -> Result<()> {
-    Err(pending())
-}
-
-/// Absorbed attention of the batch's queries over layer `layer`: `out` is `[n, heads, v]`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn attention(
-    _b: &CudaBackend,
-    _q: &CudaSlice<f32>,
-    _table: &CudaSlice<u64>,
-    _h: Heads,
-    _layer: usize,
-    _batch: &CudaBatch,
-    _kv_b: &CudaAbsorb,
-    _out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    Err(pending())
+/// Why the MLA kernels cannot run `h`, as an error before any weight is uploaded.
+pub(super) fn check_shape(h: Heads) -> Result<()> {
+    let s: MlaShape = h.mla();
+    if let Some(reason) = shape_error(&s) {
+        return Err(unsupported(h, reason));
+    }
+    if s.nope > kdtree_jit::mla::aux::MAX_NOPE {
+        return Err(unsupported(h, format!("qk_nope_head_dim {} over {}", s.nope, kdtree_jit::mla::aux::MAX_NOPE)));
+    }
+    Ok(())
 }

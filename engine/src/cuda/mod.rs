@@ -10,7 +10,7 @@
 //! | W4A16 linears | the tuned kdtree-jit variant of the weight's shape ([`select`]) |
 //! | W4A16 shapes the tuning DB lacks | tuned before the load, within a budget ([`CudaBackend::tune_at_startup`]) |
 //! | embedding, RMSNorm, rope, casts, residual adds | `#[kernel]`s of kdtree-kernels |
-//! | MLA attention over the cache, tree-masked | kdtree-kernels' `attention_tree` |
+//! | MLA attention over the paged latent cache, tree-masked | kdtree-jit's MLA family: absorb, split attention on the tensor cores, combine, unabsorb ([`mla`]) |
 //! | routing and routed experts | `noaux_tc` routing, then kdtree-jit's grouped W4A16: every expert of a layer in one launch per projection ([`moe`]) |
 //!
 //! Exact mode (the default) keeps every op batch-invariant: a row's bits never depend on how many
@@ -37,15 +37,16 @@ use std::sync::{Arc, Mutex};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaEvent, CudaStream};
 use kdtree_jit::kernel::Kernels;
+use kdtree_jit::mla::MlaDecode;
 use kdtree_jit::tune::db::TuningDb;
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::w4a16::dense::DenseVariant;
-use kdtree_jit::{Cache, Gpu, compile_all_for};
+use kdtree_jit::{Cache, Gpu, Target, compile_all_for};
 
 pub use graph::MAX_GRAPH_TOKENS;
 pub use kv::{CudaKv, KvBudget, PAGE_TOKENS};
 pub use linear::{CudaLinear, ShapeKernels};
-pub use mla::CudaAbsorb;
+pub use mla::{CudaAbsorb, MlaKernels};
 pub use moe::CudaExperts;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
 pub use startup_tune::{Missing, TuneSummary, missing};
@@ -71,6 +72,8 @@ pub struct CudaOptions {
     pub graphs: bool,
     /// How many bytes a KV cache's pages may take.
     pub kv_budget: KvBudget,
+    /// The MLA attention variant; `None` is [`MlaDecode::default_for`] the GPU.
+    pub mla: Option<MlaDecode>,
 }
 
 /// How routed INT4 experts run.
@@ -93,6 +96,7 @@ impl Default for MoeKernels {
 pub struct CudaBackend {
     gpu: Gpu,
     kernels: Arc<Kernels>,
+    mla: Arc<MlaKernels>,
     blas: CudaBlas,
     env: Environment,
     db: TuningDb,
@@ -147,9 +151,12 @@ impl CudaBackend {
         let blas_workspace = kdtree_jit::cublas::set_workspace(&blas, &gpu.stream)?;
         kdtree_kernels::launch::all();
         let kernels = Arc::new(Kernels::load(&gpu, cache.as_ref())?);
+        let decode = options.mla.unwrap_or_else(|| MlaDecode::default_for(&Target { arch: gpu.arch }));
+        let mla = Arc::new(MlaKernels::load(&gpu, decode, cache.as_ref())?);
         Ok(CudaBackend {
             gpu,
             kernels,
+            mla,
             blas,
             env,
             db,
@@ -345,7 +352,7 @@ impl Backend for CudaBackend {
     }
 
     fn new_cache(&self, layers: usize, heads: Heads, max_tokens: usize) -> CudaKv {
-        CudaKv::new(self.kernels.clone(), layers, heads, max_tokens, self.kv_budget)
+        CudaKv::new(self.kernels.clone(), self.mla.clone(), layers, heads, max_tokens, self.kv_budget)
     }
 
     fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask, past: usize) -> Result<CudaBatch> {
@@ -442,7 +449,7 @@ impl Backend for CudaBackend {
         // The kernel appends at the batch's `past`, which is the cache's length.
         cache.reserve(cache.len() + batch.n)?;
         let table = cache.table.as_ref().expect("reserved above");
-        self.timed(attention, || mla::append(&self.kernels, table, h, layer, &latent.data, &k_rope.data, batch))
+        self.timed(attention, || self.mla.append(table, h, layer, &latent.data, &k_rope.data, batch.n, &batch.past))
     }
 
     fn attention(
@@ -468,7 +475,7 @@ impl Backend for CudaBackend {
         let table = cache.table.as_ref().expect("a cache with room has a table");
         self.timed(attention, || {
             let mut out = self.tensor(batch.n, h.heads * h.v)?;
-            mla::attention(self, &q.data, table, h, layer, batch, kv_b, &mut out.data)?;
+            self.mla.attention(self, &q.data, table, h, layer, batch, kv_b, &mut out.data)?;
             Ok(out)
         })
     }

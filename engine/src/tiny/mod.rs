@@ -87,7 +87,8 @@ impl Default for TinySpec {
             q_lora_rank: Some(32),
             kv_lora_rank: 32,
             qk_nope_head_dim: 16,
-            qk_rope_head_dim: 8,
+            // The GPU's MLA kernels take rope widths in multiples of 16.
+            qk_rope_head_dim: 16,
             v_head_dim: 16,
             intermediate_size: 128,
             moe_intermediate_size: 32,

@@ -13,6 +13,7 @@ pub fn options() -> CudaOptions {
         moe: MoeKernels::default(),
         graphs: true,
         kv_budget: KvBudget::default(),
+        mla: None,
     }
 }
 

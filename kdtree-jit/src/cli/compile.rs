@@ -8,13 +8,14 @@ use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_jit::cache::CACHE_DIR_ENV;
 use kdtree_jit::compile::CompileReport;
-use kdtree_jit::w4a16::dense::DenseVariant;
-use kdtree_jit::{Arch, Cache, KernelStats, Variant, compile_all_for, nvrtc_version, probe};
+use kdtree_jit::{Arch, Cache, KernelStats, nvrtc_version, probe};
 use serde::Serialize;
 
-/// Compile every variant a device of an arch runs with NVRTC (no GPU needed): the tiles, and on sm_90
-/// the wgmma family too, for sm_90a. Prints each one's registers, spills, shared memory and compile
-/// time; exits non-zero if any variant fails, printing NVRTC's log.
+use super::family::Family;
+
+/// Compile every variant of a family a device of an arch runs with NVRTC (no GPU needed): by default
+/// the dense GEMM tiles, and on sm_90 the wgmma family too, for sm_90a. Prints each one's registers,
+/// spills, shared memory and compile time; exits non-zero if any variant fails, printing NVRTC's log.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Arch to compile for, as sm_120 or 120 [default: GPU 0's].
@@ -23,6 +24,9 @@ pub struct Args {
     /// Only variants whose name contains this (at least one must).
     #[arg(long, value_name = "SUBSTR")]
     filter: Option<String>,
+    /// These families instead of the dense GEMMs (tiles, wgmma); repeat or comma-separate.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    family: Vec<Family>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -53,9 +57,12 @@ struct Failure {
 pub fn run(args: &Args, nvrtc: Option<&Path>) -> anyhow::Result<ExitCode> {
     let arch = super::arch_or_device(args.arch)?;
     let filter = args.filter.as_deref().unwrap_or_default();
-    let variants: Vec<DenseVariant> =
-        DenseVariant::valid_on(arch).into_iter().filter(|v| v.name().contains(filter)).collect();
-    if variants.is_empty() {
+    let families = if args.family.is_empty() { vec![Family::Tiles, Family::Wgmma] } else { args.family.clone() };
+    let mut total = 0;
+    for f in &families {
+        total += f.count(arch, filter)?;
+    }
+    if total == 0 {
         bail!("no variant valid on {arch} has `{filter}` in its name (`kdtree-jit list --arch {arch}` lists them)");
     }
     probe::load_nvrtc(nvrtc)?;
@@ -64,21 +71,24 @@ pub fn run(args: &Args, nvrtc: Option<&Path>) -> anyhow::Result<ExitCode> {
         false => Some(Cache::open(&args.cache_dir.clone().unwrap_or_else(Cache::default_dir))?),
     };
 
-    let bar = ProgressBar::new(variants.len() as u64).with_style(
+    let bar = ProgressBar::new(total as u64).with_style(
         ProgressStyle::with_template("compiling {pos}/{len} {wide_bar} {elapsed} (eta {eta})")
             .expect("a valid template"),
     );
     let start = Instant::now();
-    let arch_of = |v: &DenseVariant| v.compile_arch(arch);
-    let results = compile_all_for(&variants, arch_of, cache.as_ref(), |done| bar.set_position(done as u64));
+    let mut results = Vec::new();
+    for f in families {
+        let before = results.len() as u64;
+        results.extend(f.compile(arch, filter, cache.as_ref(), &|done| bar.set_position(before + done as u64)));
+    }
     bar.finish_and_clear();
     let wall = start.elapsed();
 
     let (mut compiled, mut errors) = (Vec::new(), Vec::new());
-    for (v, result) in results {
+    for (name, result) in results {
         match result {
             Ok(c) => compiled.push(CompileReport::from(&c)),
-            Err(e) => errors.push(Failure { variant: v.name(), error: e.to_string() }),
+            Err(e) => errors.push(Failure { variant: name, error: e.to_string() }),
         }
     }
     let (major, minor) = nvrtc_version()?;

@@ -2,9 +2,9 @@
 
 use std::process::ExitCode;
 
-use kdtree_jit::w4a16::W4a16;
-use kdtree_jit::{Arch, Target, Variant};
-use serde::Serialize;
+use kdtree_jit::Arch;
+
+use super::family::Family;
 
 /// List the variant space: the variants valid on an arch, or all of them with the reason each
 /// invalid one is rejected.
@@ -19,29 +19,16 @@ pub struct Args {
     /// Print JSON (one object per variant, with its axes) instead of a table.
     #[arg(long)]
     json: bool,
-}
-
-#[derive(Serialize)]
-struct Listed<V> {
-    name: String,
-    template: String,
-    valid: bool,
-    reason: Option<String>,
-    axes: V,
+    /// Which kernel family.
+    #[arg(long, value_enum, default_value = "tiles")]
+    family: Family,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let arch = super::arch_or_device(args.arch)?;
-    let target = Target { arch };
-    let all = W4a16::all();
-    let listed: Vec<Listed<W4a16>> = all
-        .iter()
-        .map(|v| {
-            let reason = v.check(&target).err().map(|invalid| invalid.to_string());
-            Listed { name: v.name(), template: v.template(), valid: reason.is_none(), reason, axes: *v }
-        })
-        .filter(|l| args.all || l.valid)
-        .collect();
+    let all = args.family.points(arch)?;
+    let total = all.len();
+    let listed: Vec<_> = all.into_iter().filter(|l| args.all || l.valid).collect();
     if args.json {
         super::emit(&(serde_json::to_string_pretty(&listed)? + "\n"))?;
         return Ok(ExitCode::SUCCESS);
@@ -50,7 +37,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         listed.iter().map(|l| vec![l.name.clone(), l.reason.clone().unwrap_or_else(|| "valid".into())]).collect();
     let valid = listed.iter().filter(|l| l.valid).count();
     let mut out = super::table(&["variant", &format!("on {arch}")], &rows);
-    out += &format!("{valid} of {} {} variants are valid on {arch}\n", all.len(), W4a16::SPACE);
+    out += &format!("{valid} of {total} {} variants are valid on {arch}\n", args.family.space());
     super::emit(&out)?;
     Ok(ExitCode::SUCCESS)
 }

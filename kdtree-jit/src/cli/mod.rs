@@ -2,6 +2,7 @@
 
 mod bench;
 mod compile;
+mod family;
 mod list;
 mod render;
 mod tune;
@@ -20,7 +21,8 @@ Environment:
   KDTREE_CACHE_DIR   where compiled cubins are cached; same as --cache-dir
 Without --nvrtc, NVRTC is looked for in the workspace's target/nvrtc, then on the system loader path.";
 
-/// Declared W4A16 GEMM variants: list them, render them to CUDA, compile them with NVRTC.
+/// Declared kernel variants (W4A16 GEMMs, MLA attention): list them, render them to CUDA, compile
+/// them with NVRTC; tune and benchmark the GEMMs.
 #[derive(Debug, Parser)]
 #[command(name = "kdtree-jit", version, after_help = ENVIRONMENT)]
 pub struct Cli {

@@ -3,20 +3,20 @@
 use std::process::ExitCode;
 
 use anyhow::anyhow;
-use kdtree_jit::w4a16::dense::DenseVariant;
-use kdtree_jit::{Variant, render};
+
+use super::family::render_named;
 
 /// Print a variant's rendered CUDA source.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The variant's name, as `kdtree-jit list` or `compile` prints it: a tile or a wgmma variant.
+    /// The variant's name, as `kdtree-jit list` or `compile` prints it, of any family.
     variant: String,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let v = DenseVariant::from_name(&args.variant).ok_or_else(|| {
-        anyhow!("`{}` is not a {} variant; `kdtree-jit list` lists them", args.variant, DenseVariant::SPACE)
+    let source = render_named(&args.variant).ok_or_else(|| {
+        anyhow!("`{}` is not a w4a16 or mla variant; `kdtree-jit list --family F` lists them", args.variant)
     })?;
-    super::emit(&render(&v)?)?;
+    super::emit(&source?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -63,7 +63,9 @@ pub struct MlaBuffers<'a> {
     /// before the launch.
     pub past: CudaView<'a, u32>,
     pub mask: DeviceMask<'a>,
-    /// [`MlaDecode::workspace_len`]`(n, heads, latent)` f32.
+    /// At least [`MlaDecode::workspace_len`]`(1, heads, latent)` f32: the launch runs the rows in
+    /// slices of as many rows as the workspace holds (all `n` with `workspace_len(n, ..)`), so a long
+    /// prompt chunk needs no more than a decode step.
     pub workspace: CudaViewMut<'a, f32>,
     /// `[n, heads, latent]` f32: each row's and head's softmax-weighted sum of its entries' latents.
     pub o_lat: CudaViewMut<'a, f32>,
@@ -132,7 +134,7 @@ impl MlaKernel {
             ("q", b.q.len(), n * s.heads * width),
             ("past", b.past.len(), 1),
             ("the page table", b.cache.table.len(), 1),
-            ("the workspace", b.workspace.len(), v.workspace_len(n, s.heads, s.latent)),
+            ("the workspace", b.workspace.len(), v.workspace_len(1, s.heads, s.latent)),
             ("o_lat", b.o_lat.len(), n * s.heads * s.latent),
         ];
         if let DeviceMask::Bits(bits) = &b.mask {
@@ -150,36 +152,44 @@ impl MlaKernel {
         };
         let smem = dynamic_smem(v, width);
         allow_shared(&self.decode, smem, STATIC_SMEM)?;
-        let split = n * v.max_splits as usize * s.heads * s.latent;
+        let slice = n.min(b.workspace.len() / v.workspace_len(1, s.heads, s.latent));
+        let split = slice * v.max_splits as usize * s.heads * s.latent;
         let mut workspace = b.workspace;
         let (mut part_o, mut part_ml) = workspace.split_at_mut(split);
         let mut o_lat = b.o_lat;
         let (ni, heads, latent, rope) = (n as i32, s.heads as i32, s.latent as i32, s.rope as i32);
         let layer = b.cache.layer as i32;
         let scale_log2 = s.scale * std::f32::consts::LOG2_E;
-        let cfg = LaunchConfig {
-            grid_dim: (n as u32, head_groups as u32, v.max_splits),
-            block_dim: (v.hb / 16 * 64, 1, 1),
-            shared_mem_bytes: smem as u32,
-        };
-        let mut args = gpu.stream.launch_builder(&self.decode);
-        args.arg(&b.q).arg(&b.cache.table).arg(&b.past).arg(bits).arg(&mut part_o).arg(&mut part_ml);
-        args.arg(&ni).arg(&heads).arg(&latent).arg(&rope).arg(&layer).arg(&page_shift).arg(&mode).arg(&scale_log2);
-        // SAFETY: `decode` is this variant's entry (checked by name when loaded), signature (q, table,
-        // past, bits, part_o, part_ml, n, heads, latent, rope, layer, page_shift, mode, scale_log2).
-        // q holds n rows of `heads` entries, the workspace n x max_splits partials of every head, the
-        // bits n rows when mode is 2 (read only then), past one u32; `shape_error` bounds latent and
-        // rope by what the template's registers and shared memory hold, n by its visible list. The
-        // page table and the pages it points to are the caller's contract (PagedCache).
-        unsafe { args.launch(cfg) }?;
-        let cfg = LaunchConfig { grid_dim: (n as u32, s.heads as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
-        let mut args = gpu.stream.launch_builder(&self.combine);
-        args.arg(&b.past).arg(bits).arg(&mut part_o).arg(&mut part_ml).arg(&mut o_lat);
-        args.arg(&ni).arg(&heads).arg(&latent).arg(&mode);
-        // SAFETY: `combine` is this variant's second entry, signature (past, bits, part_o, part_ml,
-        // o_lat, n, heads, latent, mode); it reads what the launch above wrote, for the splits each
-        // row's length gives (at most max_splits), and writes o_lat's n x heads x latent, checked above.
-        unsafe { args.launch(cfg) }?;
+        for row0 in (0..n).step_by(slice) {
+            let rows = slice.min(n - row0) as u32;
+            let row0 = row0 as i32;
+            let cfg = LaunchConfig {
+                grid_dim: (rows, head_groups as u32, v.max_splits),
+                block_dim: (v.hb / 16 * 64, 1, 1),
+                shared_mem_bytes: smem as u32,
+            };
+            let mut args = gpu.stream.launch_builder(&self.decode);
+            args.arg(&b.q).arg(&b.cache.table).arg(&b.past).arg(bits).arg(&mut part_o).arg(&mut part_ml);
+            args.arg(&row0).arg(&ni).arg(&heads).arg(&latent).arg(&rope).arg(&layer).arg(&page_shift);
+            args.arg(&mode).arg(&scale_log2);
+            // SAFETY: `decode` is this variant's entry (checked by name when loaded), signature (q,
+            // table, past, bits, part_o, part_ml, row0, n, heads, latent, rope, layer, page_shift,
+            // mode, scale_log2). q holds n rows of `heads` entries, the workspace `slice` rows of
+            // max_splits partials of every head (rows row0 .. row0 + rows <= n), the bits n rows
+            // when mode is 2 (read only then), past one u32; `shape_error` bounds latent and rope by
+            // what the template's registers and shared memory hold, n by its visible list. The page
+            // table and the pages it points to are the caller's contract (PagedCache).
+            unsafe { args.launch(cfg) }?;
+            let cfg = LaunchConfig { grid_dim: (rows, s.heads as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+            let mut args = gpu.stream.launch_builder(&self.combine);
+            args.arg(&b.past).arg(bits).arg(&mut part_o).arg(&mut part_ml).arg(&mut o_lat);
+            args.arg(&row0).arg(&ni).arg(&heads).arg(&latent).arg(&mode);
+            // SAFETY: `combine` is this variant's second entry, signature (past, bits, part_o,
+            // part_ml, o_lat, row0, n, heads, latent, mode); it reads what the launch above wrote,
+            // for the splits each row's length gives (at most max_splits), and writes rows row0 ..
+            // row0 + rows of o_lat's n x heads x latent, checked above.
+            unsafe { args.launch(cfg) }?;
+        }
         Ok(())
     }
 }
