@@ -46,3 +46,22 @@ fn kimi_k2_thinking_config_parses_with_int4_routed_experts_only() {
     let m = yarn_mscale(64.0, 1.0);
     assert!((softmax_scale(&c) as f64 - m * m / 192f64.sqrt()).abs() < 1e-7);
 }
+
+/// The KV arithmetic of the latent cache at K2's sizes: 576 values a token a layer, 1152 bytes in
+/// bf16, 71x less than the per-head f32 keys and values it replaced; 128K tokens of 61 layers are
+/// 9.2 GB, which fits beside a full-depth model's weights on a 141 GB card.
+#[test]
+fn k2_latent_kv_takes_1152_bytes_a_token_a_layer() {
+    use kdtree_engine::registry::KvDtype;
+    let c = Config::parse("config.json", &serde_json::from_str(K2_THINKING).unwrap()).unwrap();
+    let h = c.heads(KvDtype::Bf16);
+    assert_eq!((h.width(), h.kv_bytes_per_token(1)), (576, 1152));
+    assert_eq!(h.kv_bytes_per_token(c.num_hidden_layers), 70_272);
+    assert_eq!(c.heads(KvDtype::F32).kv_bytes_per_token(1), 2304);
+    // The cache it replaced: per head, keys of nope + rope and values of v, in f32.
+    let per_head_f32 = h.heads * (h.nope + h.rope + h.v) * 4;
+    assert_eq!(per_head_f32, 81_920);
+    assert!(per_head_f32 as f64 / h.kv_bytes_per_token(1) as f64 > 71.0);
+    let context_131072 = 131_072 * h.kv_bytes_per_token(c.num_hidden_layers);
+    assert_eq!(context_131072, 9_210_691_584);
+}

@@ -14,6 +14,7 @@ use std::path::Path;
 use super::json::{err, read, under};
 use super::quant_config::QuantConfig;
 use crate::error::{EngineError, Result};
+use crate::registry::{Heads, KvDtype};
 
 /// YaRN rope scaling (DeepSeek-V3's `rope_scaling` with `type`/`rope_type` "yarn").
 #[derive(Clone, Debug, PartialEq)]
@@ -157,6 +158,19 @@ impl Config {
     /// Whether layer `i` has the MoE feed-forward (otherwise the dense MLP).
     pub fn is_moe_layer(&self, i: usize) -> bool {
         self.n_routed_experts > 0 && i >= self.first_k_dense_replace && i.is_multiple_of(self.moe_layer_freq)
+    }
+
+    /// MLA's head sizes, with the cache storing its entries as `kv`.
+    pub fn heads(&self, kv: KvDtype) -> Heads {
+        Heads {
+            heads: self.num_attention_heads,
+            nope: self.qk_nope_head_dim,
+            rope: self.qk_rope_head_dim,
+            v: self.v_head_dim,
+            latent: self.kv_lora_rank,
+            scale: super::rotary::softmax_scale(self),
+            kv,
+        }
     }
 
     /// The group size of the linear module `module` if the quantization config makes it INT4.

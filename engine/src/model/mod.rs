@@ -152,15 +152,7 @@ impl<B: Backend> Model<B> {
         let vector = |name: &str, len: usize| b.vector(&ckpt.tensor(name, &[len])?);
         let embed =
             b.linear_weight("model.embed_tokens", HostLinear::Dense(ckpt.dense("model.embed_tokens.weight", v, h)?))?;
-        let heads = Heads {
-            heads: c.num_attention_heads,
-            nope: c.qk_nope_head_dim,
-            rope: c.qk_rope_head_dim,
-            v: c.v_head_dim,
-            latent: c.kv_lora_rank,
-            scale: softmax_scale(c),
-            kv: b.kv_dtype(ckpt.is_f32("model.layers.0.self_attn.kv_b_proj.weight")),
-        };
+        let heads = c.heads(b.kv_dtype(ckpt.is_f32("model.layers.0.self_attn.kv_b_proj.weight")));
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
             let p = format!("model.layers.{i}");
