@@ -380,3 +380,25 @@ fn bench_k2_attention() {
         }
     }
 }
+
+#[test]
+#[ignore = "needs a GPU"]
+fn the_tuner_picks_a_gated_variant_and_the_db_gives_it_back() {
+    use kdtree_jit::tune::db::TuningDb;
+    use kdtree_jit::tune::flush::FlushMode;
+    use kdtree_jit::tune::mla::{tune_mla, tuned_variant};
+    use kdtree_jit::tune::session::Session;
+    let gpu = Gpu::open(0).unwrap();
+    let mut session = Session::open(&gpu, FlushMode::Read).unwrap();
+    let mut db = TuningDb::default();
+    let mut calls = 0;
+    let tuned = tune_mla(&mut session, &mut db, Some(&cache()), &K2, &[1, 8], &[2048], &mut |_, _| calls += 1).unwrap();
+    eprintln!("{}", serde_json::to_string_pretty(&tuned).unwrap());
+    assert!(tuned.rejected.is_empty(), "{:?}", tuned.rejected);
+    assert_eq!(tuned.points.len(), 2);
+    assert!(tuned.mean_slowdown >= 1.0);
+    assert!(calls > 0);
+    let chosen = tuned_variant(&db, &session.env, gpu.arch, &K2).expect("saved");
+    assert_eq!(chosen.name(), tuned.variant);
+    assert!(MlaDecode::valid_on(gpu.arch).contains(&chosen));
+}

@@ -267,3 +267,34 @@ fn a_hand_made_key_of_bucket_zero_finds_the_nearest_bucket_without_a_panic() {
     zero.m_bucket = 0;
     assert_eq!(db.best_variant(&zero, &h200()).unwrap().variant, "v1");
 }
+
+/// An MLA entry is its own problem: saved and read back, found for its head sizes only (never for a
+/// GEMM of the same numbers, nor by the nearest-M fallback of another shape), and turned back into
+/// the variant the engine loads; a name that is no valid variant on the arch is not used.
+#[test]
+fn an_mla_entry_round_trips_and_is_found_for_its_heads_only() {
+    use kdtree_jit::Variant;
+    use kdtree_jit::mla::{MlaDecode, MlaShape};
+    use kdtree_jit::tune::key::MlaKey;
+    use kdtree_jit::tune::mla::tuned_variant;
+    let k2 = MlaKey { heads: 64, latent: 512, rope: 64 };
+    let mla = ProblemKey::mla(k2, Arch(90));
+    assert_eq!(mla.to_string(), "mla 64 heads, latent 512 + rope 64");
+    let db = db_with([entry(mla.clone(), h200(), "mla_decode_h32n32_s2_x32"), entry(key(1), h200(), "w4a16_x")]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tuning.json");
+    db.save(&path).unwrap();
+    let db = TuningDb::open(&path).unwrap();
+    assert_eq!(db.best_variant(&mla, &h200()).unwrap().variant, "mla_decode_h32n32_s2_x32");
+    let gemm = ProblemKey::w4a16(1, Shape { n: 64, k: 576 }, 0, Dtype::Bf16, Arch(90));
+    assert!(db.best_variant(&gemm, &h200()).is_none());
+    let other = ProblemKey::mla(MlaKey { heads: 16, ..k2 }, Arch(90));
+    assert!(db.best_variant(&other, &h200()).is_none());
+
+    let shape = MlaShape { heads: 64, nope: 128, rope: 64, v: 128, latent: 512, scale: 0.1 };
+    assert_eq!(tuned_variant(&db, &h200(), Arch(90), &shape), MlaDecode::from_name("mla_decode_h32n32_s2_x32"));
+    assert_eq!(tuned_variant(&db, &h200(), Arch(90), &MlaShape { heads: 16, ..shape }), None);
+    // 64 heads with two 64-entry stages needs more shared memory than sm_90 has: never loaded.
+    let db = db_with([entry(mla, h200(), "mla_decode_h64n64_s2_x32")]);
+    assert_eq!(tuned_variant(&db, &h200(), Arch(90), &shape), None);
+}

@@ -112,6 +112,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let kv_room = model.new_cache().max_tokens()?;
     let kv_per_token = model.heads().kv_bytes_per_token(c.num_hidden_layers);
+    let mla_variant = cuda.mla_variant().map(|v| kdtree_jit::Variant::name(&v)).unwrap_or_default();
+    let kv_line = format!("{kv_line}; attention {mla_variant}");
     eprintln!("{kv_line}; room for {kv_room} tokens within --kv-memory");
     if positions_needed > kv_room {
         bail!(
@@ -234,7 +236,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let out = serde_json::json!({
             "model": args.model, "backend": cuda.describe(),
             "mode": format!("{:?}", cuda.mode()), "copy_gbps": copy_gbps, "weights": weights,
-            "kv_dtype": model.heads().kv, "kv_bytes_per_token": kv_per_token, "kv_room_tokens": kv_room,
+            "kv_dtype": model.heads().kv, "kv_bytes_per_token": kv_per_token, "kv_room_tokens": kv_room, "mla_variant": mla_variant,
             "contexts": contexts, "forwards": rows,
             "load_s": load_s, "peak_rss_before_load": rss_before, "peak_rss_after": rss_after,
             "w4a16_variants": variants_json, "cost_model": cost_path, "spec": spec_rows,

@@ -55,7 +55,8 @@ pub struct CudaKv {
     limit: Option<usize>,
     len: usize,
     kernels: Arc<Kernels>,
-    mla: Arc<MlaKernels>,
+    /// `None` for a cache made before any model was loaded: it can hold nothing.
+    mla: Option<Arc<MlaKernels>>,
     /// Forwards recorded from this cache, which read its table.
     pub(super) graphs: Graphs,
 }
@@ -63,7 +64,7 @@ pub struct CudaKv {
 impl CudaKv {
     pub(super) fn new(
         kernels: Arc<Kernels>,
-        mla: Arc<MlaKernels>,
+        mla: Option<Arc<MlaKernels>>,
         layers: usize,
         heads: Heads,
         max_tokens: usize,
@@ -182,10 +183,13 @@ impl KvStore for CudaKv {
         let idx = stream.clone_htod(&rows)?;
         let at = stream.clone_htod(&[start as u32])?;
         let table = self.table.as_ref().expect("a cache holding entries has a table");
+        let Some(mla) = self.mla.as_ref() else {
+            return Err(EngineError::InvalidArgument("compact: a cache made before any model was loaded".into()));
+        };
         for layer in 0..self.layers {
             // Gathered first, then written back: kept entries move down onto entries still to be read.
-            let kept = self.mla.gather(table, self.heads, layer, &idx)?;
-            self.mla.append_entries(&self.kernels, table, self.heads, layer, &kept, rows.len(), &at)?;
+            let kept = mla.gather(table, self.heads, layer, &idx)?;
+            mla.append_entries(&self.kernels, table, self.heads, layer, &kept, rows.len(), &at)?;
         }
         self.len = start + keep.len();
         Ok(())

@@ -32,7 +32,7 @@ mod tensor;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaEvent, CudaStream};
@@ -96,7 +96,9 @@ impl Default for MoeKernels {
 pub struct CudaBackend {
     gpu: Gpu,
     kernels: Arc<Kernels>,
-    mla: Arc<MlaKernels>,
+    /// Loaded with the first model's attention weights, whose head sizes pick the tuned variant.
+    mla: OnceLock<Arc<MlaKernels>>,
+    mla_variant: Option<MlaDecode>,
     blas: CudaBlas,
     env: Environment,
     db: TuningDb,
@@ -151,12 +153,11 @@ impl CudaBackend {
         let blas_workspace = kdtree_jit::cublas::set_workspace(&blas, &gpu.stream)?;
         kdtree_kernels::launch::all();
         let kernels = Arc::new(Kernels::load(&gpu, cache.as_ref())?);
-        let decode = options.mla.unwrap_or_else(|| MlaDecode::default_for(&Target { arch: gpu.arch }));
-        let mla = Arc::new(MlaKernels::load(&gpu, decode, cache.as_ref())?);
         Ok(CudaBackend {
             gpu,
             kernels,
-            mla,
+            mla: OnceLock::new(),
+            mla_variant: options.mla,
             blas,
             env,
             db,
@@ -295,6 +296,32 @@ impl CudaBackend {
         Ok(unsafe { self.stream().alloc::<T>(len.max(1)) }?)
     }
 
+    /// Loads the MLA kernels once: the --mla-variant given, else the tuning DB's variant for these
+    /// head sizes, else [`MlaDecode::default_for`] the GPU.
+    fn load_mla(&self, h: Heads) -> Result<()> {
+        if self.mla.get().is_some() {
+            return Ok(());
+        }
+        let arch = self.gpu.arch;
+        let tuned = || kdtree_jit::tune::mla::tuned_variant(&self.db, &self.env, arch, &h.mla());
+        let decode = self.mla_variant.or_else(tuned).unwrap_or_else(|| MlaDecode::default_for(&Target { arch }));
+        let kernels = Arc::new(MlaKernels::load(&self.gpu, decode, self.cache.as_ref())?);
+        let _ = self.mla.set(kernels);
+        Ok(())
+    }
+
+    /// The MLA kernels, loaded with the model's attention weights.
+    fn mla(&self) -> Result<&Arc<MlaKernels>> {
+        self.mla
+            .get()
+            .ok_or_else(|| EngineError::InvalidArgument("attention before any attention weight was loaded".into()))
+    }
+
+    /// The MLA decode variant the backend runs, once a model is loaded.
+    pub fn mla_variant(&self) -> Option<MlaDecode> {
+        self.mla.get().map(|k| *k.variant())
+    }
+
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
         Ok(CudaTensor { data: self.output::<f32>(rows * cols)?, rows, cols })
     }
@@ -339,7 +366,9 @@ impl Backend for CudaBackend {
     }
 
     fn absorb(&self, name: &str, kv_b: &HostLinear, heads: Heads) -> Result<CudaAbsorb> {
-        CudaAbsorb::upload(self, name, kv_b, heads)
+        let absorb = CudaAbsorb::upload(self, name, kv_b, heads)?;
+        self.load_mla(heads)?;
+        Ok(absorb)
     }
 
     /// bf16 whatever the weights: the only entries the MLA kernels read.
@@ -352,7 +381,7 @@ impl Backend for CudaBackend {
     }
 
     fn new_cache(&self, layers: usize, heads: Heads, max_tokens: usize) -> CudaKv {
-        CudaKv::new(self.kernels.clone(), self.mla.clone(), layers, heads, max_tokens, self.kv_budget)
+        CudaKv::new(self.kernels.clone(), self.mla.get().cloned(), layers, heads, max_tokens, self.kv_budget)
     }
 
     fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask, past: usize) -> Result<CudaBatch> {
@@ -449,7 +478,8 @@ impl Backend for CudaBackend {
         // The kernel appends at the batch's `past`, which is the cache's length.
         cache.reserve(cache.len() + batch.n)?;
         let table = cache.table.as_ref().expect("reserved above");
-        self.timed(attention, || self.mla.append(table, h, layer, &latent.data, &k_rope.data, batch.n, &batch.past))
+        let mla = self.mla()?;
+        self.timed(attention, || mla.append(table, h, layer, &latent.data, &k_rope.data, batch.n, &batch.past))
     }
 
     fn attention(
@@ -473,9 +503,10 @@ impl Backend for CudaBackend {
             ));
         }
         let table = cache.table.as_ref().expect("a cache with room has a table");
+        let mla = self.mla()?;
         self.timed(attention, || {
             let mut out = self.tensor(batch.n, h.heads * h.v)?;
-            self.mla.attention(self, &q.data, table, h, layer, batch, kv_b, &mut out.data)?;
+            mla.attention(self, &q.data, table, h, layer, batch, kv_b, &mut out.data)?;
             Ok(out)
         })
     }

@@ -7,9 +7,11 @@ use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_quant::Dtype;
 
+use kdtree_jit::mla::MlaShape;
 use kdtree_jit::tune::db::{self, TuningDb};
 use kdtree_jit::tune::flush::FlushMode;
 use kdtree_jit::tune::key::{self, M_BUCKETS, MoePreset, RoutingDist, Shape};
+use kdtree_jit::tune::mla::{self, tune_mla};
 use kdtree_jit::tune::moe_gpu::MoeSession;
 use kdtree_jit::tune::report::{self, Report, Row, StaleRow};
 use kdtree_jit::tune::run::{self, ProblemOf, Progress, TuneOutcome, TuneRequest, Tuner};
@@ -43,7 +45,14 @@ Pruning, per step: bf16 group 32 (25 of the 150 valid sm_90 grouped variants), t
 than 4x the rows of the busiest expert (rounded up to a power of two), the stream rule above. On
 sm_90 this leaves 14 to 25 variants per step, 401 for both routings (uniform: 14 at T <= 2, 21 at
 T = 4..16, 25 from T = 32; skewed: 25 from T = 4). Timing them takes seconds; the CPU reference
-(about 180 G multiply-adds per routing over all T) takes most of the run.";
+(about 180 G multiply-adds per routing over all T) takes most of the run.
+
+kimi-k2-mla tunes absorbed MLA attention over a paged bf16 latent cache (pages of 64 entries, as the
+engine's): every valid decode variant is gated against the CPU reference on a causal block and a
+tree, then screened at every (--rows, --context) point of a causal chain (L2 flushed); the variant
+with the smallest mean of (its time / the point's best) wins, one for every forward, since a tree
+row equals greedy decoding's only under the same variant. The engine reads it from the DB at load
+(--mla-variant overrides).";
 
 /// Tune W4A16 GEMM variants on this GPU and store the winners in the tuning DB.
 #[derive(Debug, clap::Args)]
@@ -57,9 +66,17 @@ pub struct TuneArgs {
     /// checkpoints hold in bf16 and the engine runs on cuBLAS: tuned for comparison.
     /// kimi-k2-moe: K2's routed experts as the engine runs them, grouped: 384 experts of those two
     /// shapes, top-8, one grouped variant for both projections, per T = 1, 2, 4, ..., 256 tokens and
-    /// routing (--routing).
+    /// routing (--routing). kimi-k2-mla: K2's absorbed MLA attention (64 heads, latent 512, rope 64):
+    /// one decode variant for every row count and context (exact decoding runs one), the one
+    /// nearest the best over --rows x --context.
     #[arg(long, required_unless_present = "shape", conflicts_with = "shape")]
     pub preset: Option<String>,
+    /// kimi-k2-mla: the new rows per launch the grid times [default: 1,8,64].
+    #[arg(long, value_delimiter = ',')]
+    pub rows: Vec<usize>,
+    /// kimi-k2-mla: the contexts (cached entries) the grid times [default: 4096,32768,131072].
+    #[arg(long, value_delimiter = ',')]
+    pub context: Vec<usize>,
     /// How an MoE preset's tokens are routed: uniform (a balanced router; what the engine looks
     /// up), skewed (Zipf-like, a few hot experts), or both. Default: both.
     #[arg(long, value_enum)]
@@ -162,7 +179,17 @@ impl Routings {
     }
 }
 
+/// The MLA preset's name and head sizes (Kimi K2's; the scale does not change the time).
+const MLA_PRESET: &str = "kimi-k2-mla";
+const K2_MLA: MlaShape = MlaShape { heads: 64, nope: 128, rope: 64, v: 128, latent: 512, scale: 0.1352 };
+
 pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
+    if args.preset.as_deref() == Some(MLA_PRESET) {
+        return run_mla(args, nvrtc);
+    }
+    if !args.rows.is_empty() || !args.context.is_empty() {
+        bail!("--rows and --context are for --preset {MLA_PRESET} only");
+    }
     if let Some(p) = args.preset.as_deref().and_then(key::moe_preset) {
         return run_moe(args, p, nvrtc);
     }
@@ -202,7 +229,62 @@ fn run_moe(args: &TuneArgs, preset: &MoePreset, nvrtc: Option<&Path>) -> anyhow:
 }
 
 fn moe_names() -> String {
-    key::MOE_PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+    let mut names: Vec<&str> = key::MOE_PRESETS.iter().map(|p| p.name).collect();
+    names.push(MLA_PRESET);
+    names.join(", ")
+}
+
+/// `--preset kimi-k2-mla`: the MLA decode variant of K2's heads, saved in the DB; a table of the
+/// grid (or JSON) on stdout.
+fn run_mla(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
+    let or = |given: &[usize], default: &[usize]| if given.is_empty() { default.to_vec() } else { given.to_vec() };
+    let (rows, contexts) = (or(&args.rows, &mla::ROWS), or(&args.context, &mla::CONTEXTS));
+    if rows.iter().chain(&contexts).any(|&x| x == 0) || rows.iter().any(|&r| r > 1024) {
+        bail!("--rows must be in 1..=1024 and --context at least 1");
+    }
+    let gpu = args.out.open_gpu(nvrtc, "tune")?;
+    let mut session = Session::open(&gpu, args.out.flush)?;
+    let (db_path, mut db, cache) = open_stores(&args.out)?;
+    let mut progress: Option<ProgressBar> = None;
+    let tuned = tune_mla(&mut session, &mut db, Some(&cache), &K2_MLA, &rows, &contexts, &mut |done, total| {
+        progress.get_or_insert_with(|| bar(total as u64, "tune")).set_position(done as u64)
+    })?;
+    progress.inspect(ProgressBar::finish_and_clear);
+    db.save(&db_path)?;
+    for r in &tuned.rejected {
+        eprintln!("{}: {} rejected: {}", tuned.key, r.variant, r.reason);
+    }
+    if args.out.json {
+        println!("{}", serde_json::to_string_pretty(&tuned)?);
+        return Ok(());
+    }
+    println!(
+        "{} on {}: {} (mean {:.3}x the best over the grid), copy bandwidth {:.0} GB/s, saved to {}",
+        tuned.key,
+        session.env.device,
+        tuned.variant,
+        tuned.mean_slowdown,
+        tuned.copy_gbps,
+        db_path.display()
+    );
+    let rows: Vec<Vec<String>> = tuned
+        .points
+        .iter()
+        .map(|p| {
+            vec![
+                p.rows.to_string(),
+                p.context.to_string(),
+                format!("{:.1}", p.chosen.median_us),
+                format!("{:.0}", p.gbps),
+                format!("{:.0}%", 100.0 * p.gbps / tuned.copy_gbps),
+                format!("{:.0}", p.tflops),
+                format!("{:.1} {}", p.best_us, p.best_variant),
+            ]
+        })
+        .collect();
+    let header = ["rows", "context", "µs", "latent GB/s", "% of copy", "TFLOP/s", "best here (screen µs)"];
+    print!("{}", super::table(&header, &rows));
+    Ok(())
 }
 
 /// The DB's path, the DB, and the cubin cache.

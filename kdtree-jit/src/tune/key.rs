@@ -12,6 +12,10 @@ pub(crate) const OP_W4A16: &str = "w4a16";
 /// grouped variant (the engine runs both with one alignment, so with one tile height).
 pub(crate) const OP_W4A16_MOE: &str = "w4a16_moe";
 
+/// The op of an MLA attention key: one decode variant for every row count and context (a row's
+/// bits must not depend on the batch, so exact decoding runs one variant), chosen over a grid of both.
+pub(crate) const OP_MLA: &str = "mla";
+
 /// The M buckets a model's decode GEMMs are tuned at: a DDTree forward runs 1..128 tokens.
 pub const M_BUCKETS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
@@ -42,6 +46,17 @@ pub struct ProblemKey {
     /// MoE steps were tuned read as they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe: Option<MoeKey>,
+    /// An MLA key's head sizes; absent from the other keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<MlaKey>,
+}
+
+/// What an MLA attention key holds: the sizes the kernel's time depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MlaKey {
+    pub heads: u32,
+    pub latent: u32,
+    pub rope: u32,
 }
 
 /// What an MoE step's key adds to a GEMM's.
@@ -56,7 +71,23 @@ pub struct MoeKey {
 impl ProblemKey {
     pub fn w4a16(m: u32, shape: Shape, group_size: u32, dtype: Dtype, arch: Arch) -> ProblemKey {
         let (n, k) = (shape.n, shape.k);
-        ProblemKey { op: OP_W4A16.into(), m_bucket: m_bucket(m), n, k, group_size, dtype, arch, moe: None }
+        ProblemKey { op: OP_W4A16.into(), m_bucket: m_bucket(m), n, k, group_size, dtype, arch, moe: None, mla: None }
+    }
+
+    /// The key of MLA attention with these head sizes (bf16 cache and queries): `n` is the heads,
+    /// `k` an entry's width, and one bucket holds every row count.
+    pub fn mla(key: MlaKey, arch: Arch) -> ProblemKey {
+        ProblemKey {
+            op: OP_MLA.into(),
+            m_bucket: 1,
+            n: key.heads,
+            k: key.latent + key.rope,
+            group_size: 0,
+            dtype: Dtype::Bf16,
+            arch,
+            moe: None,
+            mla: Some(key),
+        }
     }
 
     /// The key of `layer`'s MoE step at `tokens` tokens.
@@ -71,8 +102,8 @@ impl ProblemKey {
 
     /// Whether `other` is the same problem up to its M bucket: a candidate for the nearest-M fallback.
     pub fn same_but_m(&self, other: &ProblemKey) -> bool {
-        (&self.op, self.n, self.k, self.group_size, self.dtype, self.arch, self.moe)
-            == (&other.op, other.n, other.k, other.group_size, other.dtype, other.arch, other.moe)
+        (&self.op, self.n, self.k, self.group_size, self.dtype, self.arch, self.moe, self.mla)
+            == (&other.op, other.n, other.k, other.group_size, other.dtype, other.arch, other.moe, other.mla)
     }
 
     pub fn shape(&self) -> Shape {
@@ -86,9 +117,12 @@ impl ProblemKey {
     }
 }
 
-/// `4096x7168 M=4`; `moe 4096x7168+7168x2048 E=384 top-8 uniform T=4`.
+/// `4096x7168 M=4`; `moe 4096x7168+7168x2048 E=384 top-8 uniform T=4`; `mla 64 heads, latent 512 + rope 64`.
 impl std::fmt::Display for ProblemKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(MlaKey { heads, latent, rope }) = self.mla {
+            return write!(f, "mla {heads} heads, latent {latent} + rope {rope}");
+        }
         match self.moe_shape() {
             None => write!(f, "{} M={}", self.shape(), self.m_bucket),
             Some(layer) => write!(f, "{layer} T={}", self.m_bucket),

@@ -12,6 +12,7 @@
 //! | the W4A16 candidates on the GPU | `gpu` |
 //! | grouped MoE steps: routing draws, pruning, data and reference, the engine's lookup | [`moe`] |
 //! | grouped MoE steps on the GPU | [`moe_gpu`] |
+//! | MLA attention: one decode variant per head shape over a grid of rows and contexts | [`mla`] |
 //! | the device side of a run: compile once, then every M of a shape | [`session`] |
 //! | a whole run as one call: plan, compile, tune, save; a deadline | [`run`] |
 //! | cuBLAS and copy bandwidth in the same run | [`peers`] |
@@ -44,6 +45,7 @@ pub mod flush;
 pub mod gate;
 mod gpu;
 pub mod key;
+pub mod mla;
 pub mod moe;
 pub mod moe_gpu;
 pub mod peers;

@@ -1,0 +1,275 @@
+//! Tuning MLA attention: one decode variant per head shape and arch, chosen over a grid of row
+//! counts (a decode step, trees) and contexts.
+//!
+//! One variant serves every forward because a row's bits depend on the variant's tiles and split
+//! bound: a tree row equals greedy decoding's only when both ran the same variant. So the choice
+//! minimises the mean, over the grid, of each point's time over the best variant's time there: the
+//! variant nearest to the best everywhere, not the fastest at one point.
+//!
+//! Each valid variant is first gated against the CPU reference ([`crate::mla::reference`]) on a
+//! causal block and a tree, then screened at every point (L2 flushed, early stop at 1.5x the best
+//! of the point); the winner is timed again at every point with the final reps.
+
+use half::bf16;
+use kdtree_quant::sample::symmetric;
+use serde::Serialize;
+
+use super::bench::{BenchConfig, Timing, measure};
+use super::db::{Entry, TuningDb};
+use super::error::Result;
+use super::key::{MlaKey, ProblemKey};
+use super::peers::Peers;
+use super::search::Rejection;
+use super::session::Session;
+use crate::mla::reference::attention;
+use crate::mla::{DeviceMask, MlaBuffers, MlaDecode, MlaKernel, MlaShape, NewMask, PagedCache, mla_host, upload_cache};
+use crate::{Cache, Variant, compile_all};
+
+/// New rows per launch the grid times: a decode step, a small tree, DDTree's usual verify.
+pub const ROWS: [usize; 3] = [1, 8, 64];
+/// Contexts the grid times.
+pub const CONTEXTS: [usize; 3] = [4096, 32768, 131072];
+/// Entries a cache page holds while timing: the engine's page.
+const PAGE: usize = 64;
+/// The most split partials a launch is given, as the engine gives them (rows run in slices).
+const WORKSPACE_BYTES: usize = 256 << 20;
+/// The gate's bound on `max |got - want|`, in units of the largest latent magnitude: P is rounded
+/// to bf16 (2^-9 relative a weight), so a correct kernel is within about 2^-9; 1e-2 leaves 5x.
+const TOLERANCE: f32 = 1e-2;
+
+/// One point of the grid: the chosen variant's time and the best variant's there.
+#[derive(Clone, Debug, Serialize)]
+pub struct MlaPoint {
+    pub rows: usize,
+    pub context: usize,
+    pub chosen: Timing,
+    pub best_variant: String,
+    pub best_us: f64,
+    /// The latent entries the launch reads once (bf16), over the chosen variant's time.
+    pub gbps: f64,
+    /// Tensor-core FLOPs (scores and the latent output, both 2 per multiply-add) a second.
+    pub tflops: f64,
+}
+
+/// The outcome of one MLA tuning run.
+#[derive(Clone, Debug, Serialize)]
+pub struct MlaTuned {
+    pub key: ProblemKey,
+    pub variant: String,
+    /// Mean over the grid of the chosen variant's time over the best's (1.0: best everywhere).
+    pub mean_slowdown: f64,
+    pub points: Vec<MlaPoint>,
+    pub copy_gbps: f64,
+    pub rejected: Vec<Rejection>,
+}
+
+fn to_bits(v: &[f32]) -> Vec<u16> {
+    v.iter().map(|&x| bf16::from_f32(x).to_bits()).collect()
+}
+
+fn widen(b: &[u16]) -> Vec<f32> {
+    b.iter().map(|&x| bf16::from_bits(x).to_f32()).collect()
+}
+
+/// Bits of a tree given by parent pointers: each row sees itself and its ancestors.
+fn tree_bits(parents: &[Option<usize>]) -> Vec<u32> {
+    let words = parents.len().div_ceil(32);
+    let mut bits = vec![0u32; parents.len() * words];
+    for i in 0..parents.len() {
+        let mut at = Some(i);
+        while let Some(j) = at {
+            bits[i * words + j / 32] |= 1 << (j % 32);
+            at = parents[j];
+        }
+    }
+    bits
+}
+
+/// The worst error of `kernel` against the reference on a causal block and a tree (inputs in
+/// [-1, 1], so in units of the largest latent magnitude), or why it fails.
+fn gate(session: &Session, kernel: &MlaKernel, s: &MlaShape) -> Result<std::result::Result<f32, String>> {
+    let w = s.width();
+    let tree = NewMask::Bits(tree_bits(&[None, Some(0), Some(0), Some(1), Some(3)]));
+    let mut error = 0.0f32;
+    for (seed, past, n, mask) in [(1u64, 1000usize, 8usize, NewMask::Causal), (2, 37, 5, tree)] {
+        let q = to_bits(&symmetric(n * s.heads * w, seed, 1.0));
+        let kv = to_bits(&symmetric((past + n) * w, seed + 10, 1.0));
+        let want = attention(&widen(&q), &widen(&kv), past, &mask, s);
+        let got = mla_host(session.gpu, kernel, s, &q, &kv, past, &mask, PAGE)?;
+        let worst = got.iter().zip(&want).map(|(g, w)| if g.is_finite() { (g - w).abs() } else { f32::INFINITY });
+        let worst = worst.fold(0.0, f32::max);
+        if worst > TOLERANCE {
+            return Ok(Err(format!("{past} + {n} rows: max error {worst:.3e} over {TOLERANCE:e}")));
+        }
+        error = error.max(worst);
+    }
+    Ok(Ok(error))
+}
+
+/// The device buffers of one grid point, shared by every variant.
+struct PointData {
+    _pool: cudarc::driver::CudaSlice<u16>,
+    table: cudarc::driver::CudaSlice<u64>,
+    q: cudarc::driver::CudaSlice<u16>,
+    past: cudarc::driver::CudaSlice<u32>,
+    workspace: cudarc::driver::CudaSlice<f32>,
+    o_lat: cudarc::driver::CudaSlice<f32>,
+}
+
+impl PointData {
+    fn new(session: &Session, s: &MlaShape, rows: usize, kv: &[u16], workspace: usize) -> Result<PointData> {
+        let st = &session.gpu.stream;
+        let context = kv.len() / s.width();
+        let (pool, table) = upload_cache(session.gpu, kv, s.width(), PAGE, 1, 0)?;
+        Ok(PointData {
+            _pool: pool,
+            table,
+            q: st.clone_htod(&to_bits(&symmetric(rows * s.heads * s.width(), 7, 1.0)))?,
+            past: st.clone_htod(&[(context - rows) as u32])?,
+            workspace: st.alloc_zeros::<f32>(workspace)?,
+            o_lat: st.alloc_zeros::<f32>(rows * s.heads * s.latent)?,
+        })
+    }
+
+    fn time(
+        &mut self,
+        session: &mut Session,
+        kernel: &MlaKernel,
+        s: &MlaShape,
+        rows: usize,
+        cfg: &BenchConfig,
+        best: Option<f64>,
+    ) -> Result<Timing> {
+        let row_len = kernel.variant().workspace_len(1, s.heads, s.latent);
+        let ws = (WORKSPACE_BYTES / 4 / row_len).clamp(1, rows) * row_len;
+        let Session { gpu, clock, flusher, .. } = session;
+        let mut run = || {
+            let b = MlaBuffers {
+                q: self.q.as_view(),
+                cache: PagedCache { table: self.table.as_view(), page: PAGE, layer: 0 },
+                past: self.past.as_view(),
+                mask: DeviceMask::Causal,
+                workspace: self.workspace.slice_mut(..ws),
+                o_lat: self.o_lat.as_view_mut(),
+            };
+            Ok(kernel.launch(gpu, s, rows, b)?)
+        };
+        measure(clock, cfg, best, || flusher.flush(&gpu.stream), &mut run)
+    }
+}
+
+/// Tunes the decode variant of `s` over `rows` x `contexts` and saves the winner in `db` (not to
+/// disk). Every valid variant of the arch is a candidate; `progress` gets (done, total) of the
+/// measurements.
+pub fn tune_mla(
+    session: &mut Session,
+    db: &mut TuningDb,
+    cache: Option<&Cache>,
+    s: &MlaShape,
+    rows: &[usize],
+    contexts: &[usize],
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<MlaTuned> {
+    let arch = session.gpu.arch;
+    let key = ProblemKey::mla(MlaKey { heads: s.heads as u32, latent: s.latent as u32, rope: s.rope as u32 }, arch);
+    let mut rejected = Vec::new();
+    let (mut kernels, mut errors) = (Vec::new(), Vec::new());
+    for (v, compiled) in compile_all(&MlaDecode::valid_on(arch), arch, cache, |_| {}) {
+        let kernel = compiled.and_then(|c| MlaKernel::load(session.gpu, v, &c));
+        match kernel {
+            Ok(k) => match gate(session, &k, s)? {
+                Ok(error) => {
+                    kernels.push(k);
+                    errors.push(error);
+                }
+                Err(reason) => rejected.push(Rejection { variant: v.name(), reason }),
+            },
+            Err(e) => rejected.push(Rejection { variant: v.name(), reason: e.to_string() }),
+        }
+    }
+    if kernels.is_empty() {
+        return Err(crate::Error::Unsupported {
+            variant: key.to_string(),
+            reason: "no variant passed the gate".into(),
+        }
+        .into());
+    }
+    let points: Vec<(usize, usize)> =
+        contexts.iter().flat_map(|&c| rows.iter().filter(move |&&r| r <= c).map(move |&r| (r, c))).collect();
+    let total = points.len() * (kernels.len() + 1);
+    let most_ws = kernels.iter().map(|k| k.variant().workspace_len(1, s.heads, s.latent)).max().unwrap_or(1);
+    // Screen: every variant at every point; times[p][v].
+    let mut times = vec![vec![f64::INFINITY; kernels.len()]; points.len()];
+    let mut done = 0;
+    for &context in contexts {
+        let kv = to_bits(&symmetric(context * s.width(), 3, 1.0));
+        for (p, &(r, _)) in points.iter().enumerate().filter(|(_, pt)| pt.1 == context) {
+            let ws = (WORKSPACE_BYTES / 4 / most_ws).clamp(1, r) * most_ws;
+            let mut data = PointData::new(session, s, r, &kv, ws)?;
+            let mut best: Option<f64> = None;
+            for (i, k) in kernels.iter().enumerate() {
+                let t = data.time(session, k, s, r, &BenchConfig::SCREEN, best)?.median_us;
+                times[p][i] = t;
+                best = Some(best.map_or(t, |b| b.min(t)));
+                done += 1;
+                progress(done, total);
+            }
+        }
+    }
+    let score = |i: usize| times.iter().map(|t| t[i] / t.iter().copied().fold(f64::INFINITY, f64::min)).sum::<f64>();
+    let chosen = (0..kernels.len()).min_by(|&a, &b| score(a).total_cmp(&score(b))).expect("some kernel");
+    let mean_slowdown = score(chosen) / points.len() as f64;
+    // The winner's final times, point by point.
+    let mut reports = Vec::new();
+    for &context in contexts {
+        let kv = to_bits(&symmetric(context * s.width(), 3, 1.0));
+        for (p, &(r, c)) in points.iter().enumerate().filter(|(_, pt)| pt.1 == context) {
+            let ws = (WORKSPACE_BYTES / 4 / most_ws).clamp(1, r) * most_ws;
+            let mut data = PointData::new(session, s, r, &kv, ws)?;
+            let t = data.time(session, &kernels[chosen], s, r, &BenchConfig::FINAL, None)?;
+            let (best_i, best_us) =
+                times[p].iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map(|(i, &t)| (i, t)).expect("timed");
+            let bytes = (c * s.width() * 2) as f64;
+            let flops = 2.0 * (r * s.heads) as f64 * c as f64 * (s.width() + s.latent) as f64;
+            reports.push(MlaPoint {
+                rows: r,
+                context: c,
+                chosen: t,
+                best_variant: kernels[best_i].variant().name(),
+                best_us,
+                gbps: bytes / t.median_us / 1e3,
+                tflops: flops / t.median_us / 1e6,
+            });
+            done += 1;
+            progress(done, total);
+        }
+    }
+    let variant = kernels[chosen].variant().name();
+    let decode = reports.iter().filter(|p| p.rows == 1).max_by_key(|p| p.context).unwrap_or(&reports[0]);
+    db.insert(Entry {
+        key: key.clone(),
+        env: session.env.clone(),
+        variant: variant.clone(),
+        m: decode.rows as u32,
+        timing: decode.chosen,
+        error: f64::from(errors[chosen]),
+        peers: Peers { cublas_bf16: None, cublas_f16: None, copy_gbps: session.copy_gbps },
+        bytes: (decode.context * s.width() * 2) as u64,
+        timed: kernels.len() as u32,
+        rejected: rejected.clone(),
+        tuned_at_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+    });
+    Ok(MlaTuned { key, variant, mean_slowdown, points: reports, copy_gbps: session.copy_gbps, rejected })
+}
+
+/// The decode variant the DB holds for `s` on this environment, if any.
+pub fn tuned_variant(
+    db: &TuningDb,
+    env: &super::env::Environment,
+    arch: crate::Arch,
+    s: &MlaShape,
+) -> Option<MlaDecode> {
+    let key = ProblemKey::mla(MlaKey { heads: s.heads as u32, latent: s.latent as u32, rope: s.rope as u32 }, arch);
+    let v = MlaDecode::from_name(&db.best_variant(&key, env)?.variant)?;
+    v.check(&crate::Target { arch }).is_ok().then_some(v)
+}
