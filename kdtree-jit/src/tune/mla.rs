@@ -85,21 +85,46 @@ fn tree_bits(parents: &[Option<usize>]) -> Vec<u32> {
     bits
 }
 
-/// The worst error of `kernel` against the reference on a causal block and a tree (inputs in
-/// [-1, 1], so in units of the largest latent magnitude), or why it fails.
-fn gate(session: &Session, kernel: &MlaKernel, s: &MlaShape) -> Result<std::result::Result<f32, String>> {
+/// The gate's cases, a causal block and a tree, with the reference's output: bf16 bits of q and kv,
+/// the committed entries, the mask, and `o_lat`.
+struct GateCase {
+    q: Vec<u16>,
+    kv: Vec<u16>,
+    past: usize,
+    mask: NewMask,
+    want: Vec<f32>,
+}
+
+fn gate_cases(s: &MlaShape) -> Vec<GateCase> {
     let w = s.width();
     let tree = NewMask::Bits(tree_bits(&[None, Some(0), Some(0), Some(1), Some(3)]));
+    [(1u64, 1000usize, 8usize, NewMask::Causal), (2, 37, 5, tree)]
+        .into_iter()
+        .map(|(seed, past, n, mask)| {
+            let q = to_bits(&symmetric(n * s.heads * w, seed, 1.0));
+            let kv = to_bits(&symmetric((past + n) * w, seed + 10, 1.0));
+            let want = attention(&widen(&q), &widen(&kv), past, &mask, s);
+            GateCase { q, kv, past, mask, want }
+        })
+        .collect()
+}
+
+/// The worst error of `kernel` against the reference over `cases` (inputs in [-1, 1], so in units of
+/// the largest latent magnitude), or why it fails.
+fn gate(
+    session: &Session,
+    kernel: &MlaKernel,
+    s: &MlaShape,
+    cases: &[GateCase],
+) -> Result<std::result::Result<f32, String>> {
     let mut error = 0.0f32;
-    for (seed, past, n, mask) in [(1u64, 1000usize, 8usize, NewMask::Causal), (2, 37, 5, tree)] {
-        let q = to_bits(&symmetric(n * s.heads * w, seed, 1.0));
-        let kv = to_bits(&symmetric((past + n) * w, seed + 10, 1.0));
-        let want = attention(&widen(&q), &widen(&kv), past, &mask, s);
-        let got = mla_host(session.gpu, kernel, s, &q, &kv, past, &mask, PAGE)?;
-        let worst = got.iter().zip(&want).map(|(g, w)| if g.is_finite() { (g - w).abs() } else { f32::INFINITY });
+    for c in cases {
+        let got = mla_host(session.gpu, kernel, s, &c.q, &c.kv, c.past, &c.mask, PAGE)?;
+        let worst = got.iter().zip(&c.want).map(|(g, w)| if g.is_finite() { (g - w).abs() } else { f32::INFINITY });
         let worst = worst.fold(0.0, f32::max);
         if worst > TOLERANCE {
-            return Ok(Err(format!("{past} + {n} rows: max error {worst:.3e} over {TOLERANCE:e}")));
+            let n = c.q.len() / (s.heads * s.width());
+            return Ok(Err(format!("{} + {n} rows: max error {worst:.3e} over {TOLERANCE:e}", c.past)));
         }
         error = error.max(worst);
     }
@@ -174,10 +199,11 @@ pub fn tune_mla(
     let key = ProblemKey::mla(MlaKey { heads: s.heads as u32, latent: s.latent as u32, rope: s.rope as u32 }, arch);
     let mut rejected = Vec::new();
     let (mut kernels, mut errors) = (Vec::new(), Vec::new());
+    let cases = gate_cases(s);
     for (v, compiled) in compile_all(&MlaDecode::valid_on(arch), arch, cache, |_| {}) {
         let kernel = compiled.and_then(|c| MlaKernel::load(session.gpu, v, &c));
         match kernel {
-            Ok(k) => match gate(session, &k, s)? {
+            Ok(k) => match gate(session, &k, s, &cases)? {
                 Ok(error) => {
                     kernels.push(k);
                     errors.push(error);
