@@ -129,6 +129,20 @@ fn tune_of_the_moe_preset_needs_a_gpu_and_takes_routing_only_there() {
 }
 
 #[test]
+fn tune_of_the_mla_preset_needs_a_gpu_and_takes_rows_and_contexts_only_there() {
+    let help = stdout(&kdtree_jit(&["tune", "--help"]));
+    assert!(help.contains("kimi-k2-mla") && help.contains("--rows") && help.contains("--context"), "{help}");
+    let stderr = failure(&["tune", "--preset", "kimi-k2-mla", "--rows", "1,64", "--context", "4096", "--gpu", "99"]);
+    assert!(stderr.contains("`tune` measures on a GPU"), "{stderr}");
+    let stderr = failure(&["tune", "--preset", "kimi-k2-mla", "--rows", "0"]);
+    assert!(stderr.contains("--rows must be in 1..=1024"), "{stderr}");
+    let stderr = failure(&["tune", "--preset", "kimi-k2", "--context", "4096"]);
+    assert!(stderr.contains("--rows and --context are for --preset kimi-k2-mla only"), "{stderr}");
+    let stderr = failure(&["tune", "--preset", "llama"]);
+    assert!(stderr.contains("kimi-k2-mla"), "{stderr}");
+}
+
+#[test]
 fn compile_with_a_filter_that_matches_nothing_fails_saying_so() {
     // Before NVRTC is looked for: an empty --nvrtc dir does not change the answer.
     let empty = tempfile::tempdir().unwrap();

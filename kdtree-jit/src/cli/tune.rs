@@ -200,7 +200,7 @@ pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
         Some(name) => {
             let names: Vec<&str> = key::PRESETS.iter().map(|p| p.name).collect();
             let p = key::preset(name).with_context(|| {
-                format!("unknown preset `{name}`: the presets are {}, {}", names.join(", "), moe_names())
+                format!("unknown preset `{name}`: the presets are {}, {}, {MLA_PRESET}", names.join(", "), moe_names())
             })?;
             TuneRequest::preset(p)
         }
@@ -229,9 +229,7 @@ fn run_moe(args: &TuneArgs, preset: &MoePreset, nvrtc: Option<&Path>) -> anyhow:
 }
 
 fn moe_names() -> String {
-    let mut names: Vec<&str> = key::MOE_PRESETS.iter().map(|p| p.name).collect();
-    names.push(MLA_PRESET);
-    names.join(", ")
+    key::MOE_PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
 }
 
 /// `--preset kimi-k2-mla`: the MLA decode variant of K2's heads, saved in the DB; a table of the
