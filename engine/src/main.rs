@@ -4,8 +4,14 @@
 
 mod cli;
 
+use std::process::ExitCode;
+
 use clap::Parser;
 
-fn main() -> anyhow::Result<()> {
-    cli::Cli::parse().run()
+fn main() -> anyhow::Result<ExitCode> {
+    match cli::Cli::parse().run() {
+        // The reader of stdout went away (`generate | head -c1`): nothing left to say.
+        Err(e) if cli::is_closed_pipe(&e) => Ok(ExitCode::SUCCESS),
+        result => result.map(|()| ExitCode::SUCCESS),
+    }
 }

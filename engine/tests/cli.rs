@@ -2,7 +2,7 @@
 //! any weight is loaded, with an error naming the flag and the limit, and never a panic.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 
@@ -181,4 +181,67 @@ fn tune_budget_takes_seconds_is_documented_and_the_cpu_ignores_it() {
     assert_says(&help, &["--tune-budget <SECONDS>", "[default: 60]", "only on what it lacks", "0: no tuning"]);
     let help = Command::new(env!("CARGO_BIN_EXE_kdtree-engine")).args(["bench", "--help"]).output().unwrap();
     assert_says(&String::from_utf8_lossy(&help.stdout), &["--tune-budget <SECONDS>"]);
+}
+
+/// `kdtree-engine` with `args` and stdout on a full disk (/dev/full).
+fn to_full_disk(args: &[&str]) -> Output {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    Command::new(env!("CARGO_BIN_EXE_kdtree-engine")).args(args).stdout(full).output().unwrap()
+}
+
+/// `kdtree-engine` with `args` and stdout a pipe whose reader is gone before anything is written
+/// (`kdtree-engine ... | head -c1`, `head` having read its byte).
+fn to_closed_pipe(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
+/// Every command that prints to stdout: generate (text, --json, --spec in both), make-model's dry
+/// run (both) and make-tiny.
+fn printing_commands(model: &Path, out: &Path) -> Vec<Vec<String>> {
+    let generate = ["generate", "--backend", "cpu", "--model", model.to_str().unwrap(), "--prompt-ids", "1,2,3"];
+    let make_model = ["make-model", "--dry-run", "--out", out.to_str().unwrap()];
+    let runs: [(&[&str], &[&str]); 7] = [
+        (&generate, &["--max-new", "2"]),
+        (&generate, &["--max-new", "2", "--json"]),
+        (&generate, &["--max-new", "4", "--spec", "ddtree"]),
+        (&generate, &["--max-new", "4", "--spec", "ddtree", "--json"]),
+        (&make_model, &[]),
+        (&make_model, &["--json"]),
+        (&["make-tiny", "--out", out.to_str().unwrap()], &[]),
+    ];
+    runs.iter().map(|(base, extra)| base.iter().chain(*extra).map(|a| a.to_string()).collect()).collect()
+}
+
+#[test]
+fn a_full_stdout_is_an_error_naming_stdout() {
+    let model = tiny();
+    let out = tempfile::tempdir().unwrap();
+    for args in printing_commands(model.path(), &out.path().join("m")) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = to_full_disk(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_says(&stderr, &["writing to stdout", "No space left on device"]);
+    }
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let model = tiny();
+    let out = tempfile::tempdir().unwrap();
+    for args in printing_commands(model.path(), &out.path().join("m")) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = to_closed_pipe(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {:?}\n{stderr}", output.status);
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+    }
 }

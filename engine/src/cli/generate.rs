@@ -13,6 +13,7 @@ use kdtree_engine::table::table;
 use kdtree_engine::{Config, EngineError, Model, greedy_generate_timed};
 
 use super::backend::{BackendArgs, variant_table};
+use super::emit;
 
 /// Greedy decoding from token ids: the prompt is prefilled in chunks (--prefill-chunk), then one
 /// token per forward. Prints the new tokens and the speed, prefill and decode separately.
@@ -98,12 +99,12 @@ fn run_on<B: Backend>(
     if args.json {
         eprint!("{variants}");
     } else {
-        print!("{variants}");
+        emit(&variants)?;
     }
     if args.spec.spec.is_some() {
         let c = args.spec.run(&model, &args.prompt_ids, args.max_new, args.stop)?;
-        println!("{}", if args.json { serde_json::to_string(&c)? } else { c.table() });
-        return Ok(());
+        let text = if args.json { serde_json::to_string(&c)? } else { c.table() };
+        return emit(&format!("{text}\n"));
     }
     let g = greedy_generate_timed(&model, &args.prompt_ids, args.max_new, args.stop)?;
     let prefill_s = g.prefill.as_secs_f64();
@@ -119,17 +120,15 @@ fn run_on<B: Backend>(
             "prefill_tokens_per_s": prefill_tps, "decode_tokens_per_s": decode_tps,
             "peak_rss_before_load_bytes": rss_before_load, "peak_rss_bytes": peak_rss(),
         });
-        println!("{out}");
+        emit(&format!("{out}\n"))
     } else {
         let ids: Vec<String> = g.tokens.iter().map(u32::to_string).collect();
-        println!("tokens: {}", ids.join(","));
         let mut t = table(&["phase", "tokens", "seconds", "tokens/s"], &[1, 2, 3]);
         for (phase, tokens, seconds, tps) in
             [("prefill", args.prompt_ids.len(), prefill_s, prefill_tps), ("decode", decoded, decode_s, decode_tps)]
         {
             t.add_row(vec![phase.to_owned(), tokens.to_string(), format!("{seconds:.6}"), format!("{tps:.1}")]);
         }
-        println!("{t}");
+        emit(&format!("tokens: {}\n{t}\n", ids.join(",")))
     }
-    Ok(())
 }

@@ -7,6 +7,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_engine::table::table;
 use kdtree_engine::tiny::{Sharding, Summary, TinySpec, write_model};
 
+use super::emit;
+
 /// Write a random checkpoint with Kimi K2's real per-layer dimensions, for benchmarks.
 ///
 /// Kimi K2's architecture and file layout, fewer layers and experts: hidden 7168; MLA attention
@@ -92,12 +94,11 @@ fn print(args: &MakeModelArgs, s: &Summary, seconds: Option<f64>) -> anyhow::Res
             "shards": s.shards, "total_bytes": s.total_bytes(), "int4_bytes": s.int4_bytes,
             "bf16_bytes": s.bf16_bytes, "f32_bytes": s.f32_bytes, "seconds": seconds, "bytes_per_s": rate,
         });
-        println!("{out}");
-        return Ok(());
+        return emit(&format!("{out}\n"));
     }
     let verb = if seconds.is_some() { "wrote" } else { "would write" };
-    println!(
-        "{verb} a Kimi K2 slice to {}: {} layers ({} dense), {} routed INT4 experts per MoE layer, seed {}",
+    let mut text = format!(
+        "{verb} a Kimi K2 slice to {}: {} layers ({} dense), {} routed INT4 experts per MoE layer, seed {}\n",
         args.out.display(),
         args.layers,
         args.dense_layers.min(args.layers),
@@ -116,11 +117,11 @@ fn print(args: &MakeModelArgs, s: &Summary, seconds: Option<f64>) -> anyhow::Res
     ] {
         t.add_row(vec![what.to_owned(), String::new(), bytes.to_string(), gb(bytes)]);
     }
-    println!("{t}");
+    text += &format!("{t}\n");
     if let (Some(t), Some(r)) = (seconds, rate) {
-        println!("in {t:.1} s, {}/s, plus config.json and model.safetensors.index.json", gb(r as u64));
+        text += &format!("in {t:.1} s, {}/s, plus config.json and model.safetensors.index.json\n", gb(r as u64));
     }
-    Ok(())
+    emit(&text)
 }
 
 fn gb(bytes: u64) -> String {

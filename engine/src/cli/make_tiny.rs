@@ -4,6 +4,8 @@ use anyhow::Context;
 use clap::Args;
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 
+use super::emit;
+
 /// Write a tiny random model folder (Kimi K2 architecture, real file layout) for tests and demos.
 ///
 /// Hidden size 64, 3 layers (the first dense, then MoE with 8 experts, top-2 of 2 groups), vocabulary
@@ -38,6 +40,5 @@ pub fn run(args: MakeTinyArgs) -> anyhow::Result<()> {
     };
     write_tiny_model(&args.out, &spec).with_context(|| format!("writing {}", args.out.display()))?;
     let kind = if args.int4 { "INT4 routed experts, bf16 elsewhere" } else { "bf16" };
-    println!("wrote a tiny {kind} model (seed {}) to {}", args.seed, args.out.display());
-    Ok(())
+    emit(&format!("wrote a tiny {kind} model (seed {}) to {}\n", args.seed, args.out.display()))
 }
