@@ -39,6 +39,9 @@ pub enum EngineError {
         source: Box<kdtree_quant::QuantError>,
     },
 
+    #[error("{file} is larger than {limit} bytes, more than {what} may be: not read")]
+    FileTooLarge { file: String, what: &'static str, limit: u64 },
+
     #[error("{file}: {source}")]
     Io {
         file: String,

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 
@@ -244,4 +245,94 @@ fn a_closed_stdout_ends_quietly() {
         assert!(output.status.success(), "{args:?}: {:?}\n{stderr}", output.status);
         assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
     }
+}
+
+/// `generate` on `model` with `args`, killed after 60 s: a FIFO opened for reading blocks until a
+/// writer comes, so a regression fails here rather than hanging the test run.
+fn generate_within_a_minute(model: &Path, args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args(["generate", "--backend", "cpu", "--model", model.to_str().unwrap(), "--prompt-ids", "1,2,3"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{args:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Replaces `path` with a FIFO that nobody writes.
+fn fifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// Fails cleanly within the minute, and returns stderr.
+fn refused_within_a_minute(model: &Path, args: &[&str]) -> String {
+    let output = generate_within_a_minute(model, args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    stderr
+}
+
+#[test]
+fn a_fifo_as_any_input_is_refused_not_waited_on() {
+    for file in ["config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors"] {
+        let model = tiny();
+        fifo(&model.path().join(file));
+        let stderr = refused_within_a_minute(model.path(), &[]);
+        assert_says(&stderr, &[file, "is a FIFO (named pipe), not a regular file"]);
+    }
+    // Without an index every *.safetensors of the folder is a shard.
+    let model = tiny();
+    std::fs::remove_file(model.path().join("model.safetensors.index.json")).unwrap();
+    fifo(&model.path().join("extra.safetensors"));
+    assert_says(&refused_within_a_minute(model.path(), &[]), &["extra.safetensors", "is a FIFO"]);
+    let model = tiny();
+    let cost = model.path().join("cost.json");
+    fifo(&cost);
+    let stderr = refused_within_a_minute(model.path(), &["--spec", "ddtree", "--cost-model", cost.to_str().unwrap()]);
+    assert_says(&stderr, &["cost.json", "is a FIFO"]);
+    // A folder where a shard should be is no better.
+    let model = tiny();
+    let shard = model.path().join("model-00002-of-00002.safetensors");
+    std::fs::remove_file(&shard).unwrap();
+    std::fs::create_dir(&shard).unwrap();
+    assert_says(&refused_within_a_minute(model.path(), &[]), &["model-00002-of-00002", "is a directory"]);
+}
+
+#[test]
+fn endless_and_oversized_json_inputs_fail_before_being_read() {
+    // A device is not a regular file: refused unread.
+    let model = tiny();
+    let index = model.path().join("model.safetensors.index.json");
+    std::fs::remove_file(&index).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
+    assert_says(&refused_within_a_minute(model.path(), &[]), &["model.safetensors.index.json", "is a device"]);
+    let model = tiny();
+    let stderr = refused_within_a_minute(model.path(), &["--spec", "ddtree", "--cost-model", "/dev/zero"]);
+    assert_says(&stderr, &["/dev/zero", "is a device"]);
+    // A (sparse) regular file beyond the cap: refused by its size, unread.
+    let model = tiny();
+    let big = |path: &Path, bytes: u64| std::fs::File::create(path).unwrap().set_len(bytes).unwrap();
+    let cost = model.path().join("cost.json");
+    big(&cost, (1 << 20) + 1);
+    let stderr = refused_within_a_minute(model.path(), &["--spec", "ddtree", "--cost-model", cost.to_str().unwrap()]);
+    assert_says(&stderr, &["cost.json is larger than 1048576 bytes, more than a cost model may be"]);
+    big(&model.path().join("model.safetensors.index.json"), 1 << 30);
+    let stderr = refused_within_a_minute(model.path(), &[]);
+    assert_says(&stderr, &["model.safetensors.index.json is larger than 268435456 bytes"]);
+    big(&model.path().join("config.json"), 1 << 30);
+    let stderr = refused_within_a_minute(model.path(), &[]);
+    assert_says(&stderr, &["config.json is larger than 16777216 bytes, more than a config.json may be"]);
 }

@@ -55,7 +55,7 @@ pub struct SafetensorsFile {
 impl SafetensorsFile {
     pub fn open(path: &Path) -> Result<Self> {
         let io = |source| QuantError::Io { file: path.display().to_string(), source };
-        let file = std::fs::File::open(path).map_err(io)?;
+        let file = crate::open_regular(path).map_err(io)?;
         // SAFETY: the map is read-only and private to this process; a checkpoint rewritten while it
         // is mapped is outside the engine's contract (as for every reader of mapped files).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;

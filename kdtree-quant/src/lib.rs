@@ -6,6 +6,7 @@
 //! | symmetric int4, one scale per (row, group of K) | [`QuantizedWeight`] |
 //! | compressed-tensors `pack-quantized` bit layout | [`int4`] |
 //! | safetensors files of such weights | [`SafetensorsFile`], [`write_file`] |
+//! | input files opened as regular files only (no FIFO, no device) | [`open_regular`] |
 //! | the CPU oracle `Y = X · dequant(W)ᵀ` | [`reference`](mod@reference) |
 //! | seeded sample data for tests and gates | [`sample`] |
 //! | the error measure every output is checked with | [`compare`] |
@@ -28,6 +29,7 @@ pub mod compare;
 pub mod dtype;
 pub mod error;
 mod header;
+mod input;
 pub mod int4;
 pub mod reference;
 pub mod sample;
@@ -37,5 +39,6 @@ pub mod weight;
 pub use checkpoint::{SafetensorsFile, Tensor, read_quantized, write_file};
 pub use dtype::{Dtype, Half};
 pub use error::{QuantError, Result};
+pub use input::open_regular;
 pub use scales::Scales;
 pub use weight::{GROUP_SIZES, QuantizedWeight, check_group};

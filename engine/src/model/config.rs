@@ -8,10 +8,9 @@
 mod limits;
 mod raw;
 
-use std::io::Read;
 use std::path::Path;
 
-use super::json::{err, read, under};
+use super::json::{err, read, read_capped, under};
 use super::quant_config::QuantConfig;
 use crate::error::{EngineError, Result};
 use crate::registry::{Heads, KvDtype};
@@ -70,13 +69,7 @@ impl Config {
 
     pub fn load(path: &Path) -> Result<Self> {
         let file = path.display().to_string();
-        let mut text = String::new();
-        let limit = Self::MAX_FILE_BYTES;
-        let read = std::fs::File::open(path).and_then(|f| f.take(limit + 1).read_to_string(&mut text));
-        read.map_err(|source| EngineError::Io { file: file.clone(), source })?;
-        if text.len() as u64 > limit {
-            return Err(err(&file, "<root>", format!("is larger than {limit} bytes: not a config.json")));
-        }
+        let text = read_capped(path, "a config.json", Self::MAX_FILE_BYTES)?;
         let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(&file, "<root>", e.to_string()))?;
         Self::parse(&file, &value)
     }

@@ -2,14 +2,39 @@
 //! (serde derive), every error naming the file and the path of the key it is about
 //! (`serde_path_to_error`): `rope_scaling.factor`, `quantization_config.ignore[2]`.
 //!
+//! Every JSON input (config.json, the shard index, a cost model) is read by [`read_capped`].
+//!
 //! The structs take every key as an `Option`, so that JSON `null` reads as absent (transformers writes
 //! `null` for unset values) and defaults, required keys and limits stay with the code that knows them.
+
+use std::io::Read;
+use std::path::Path;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{EngineError, Result};
+
+/// The text of the JSON input `path`, `what` it is in errors ("a config.json"): a regular file
+/// ([`kdtree_quant::open_regular`]: a FIFO would block, a device never end) of at most `limit` bytes,
+/// [`EngineError::FileTooLarge`] beyond. The size is checked before reading and the read is bounded
+/// too (a file may grow while read), so a huge file fails at once, not after gigabytes.
+pub(crate) fn read_capped(path: &Path, what: &'static str, limit: u64) -> Result<String> {
+    let file = path.display().to_string();
+    let io = |source| EngineError::Io { file: file.clone(), source };
+    let too_large = || EngineError::FileTooLarge { file: file.clone(), what, limit };
+    let opened = kdtree_quant::open_regular(path).map_err(io)?;
+    if opened.metadata().map_err(io)?.len() > limit {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    opened.take(limit + 1).read_to_string(&mut text).map_err(io)?;
+    if text.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(text)
+}
 
 /// `value` as a `T`; `section` is where `value` sits in the file ("" for the root), prefixed to the
 /// key path of an error.

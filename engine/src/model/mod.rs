@@ -28,7 +28,7 @@ mod cache;
 mod checkpoint;
 mod config;
 mod int4_weights;
-mod json;
+pub(crate) mod json;
 mod mlp;
 mod moe;
 mod probe;

@@ -41,9 +41,11 @@ impl CostModel {
         Ok(CostModel { device, model, points })
     }
 
+    /// The most bytes a cost model's file may have: its points are a few dozen.
+    pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
     pub fn load(path: &Path) -> Result<CostModel> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| EngineError::InvalidArgument(format!("{}: {e}", path.display())))?;
+        let text = crate::model::json::read_capped(path, "a cost model", Self::MAX_FILE_BYTES)?;
         let m: CostModel = serde_json::from_str(&text)
             .map_err(|e| EngineError::InvalidArgument(format!("{}: not a cost model: {e}", path.display())))?;
         CostModel::new(m.device, m.model, m.points)
