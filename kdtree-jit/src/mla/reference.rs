@@ -77,7 +77,8 @@ pub fn unabsorb_output(o_lat: &[f32], kv_b: &[f32], s: &MlaShape) -> Vec<f32> {
 /// head. Row `i` sees the `past` cached entries, then the new entries `mask` lets it see, in cache
 /// order (its compact sequence); masked entries are skipped, not zero-weighted. Per head: scores
 /// `scale · q · kv` over the full width, softmax, and the weighted sum of the entries' first `latent`
-/// values. Returns `o_lat`, `[n, heads, latent]`.
+/// values. A row that sees no entry (nothing committed, an empty mask row) is zeros, as the GPU's
+/// combine writes it. Returns `o_lat`, `[n, heads, latent]`.
 pub fn attention(q: &[f32], kv: &[f32], past: usize, mask: &NewMask, s: &MlaShape) -> Vec<f32> {
     let w = s.width();
     let n = q.len() / (s.heads * w);
@@ -89,6 +90,9 @@ pub fn attention(q: &[f32], kv: &[f32], past: usize, mask: &NewMask, s: &MlaShap
             .chain((0..n).filter(|&j| mask.visible(n, i, j)).map(|j| past + j))
             .map(|t| &kv[t * w..][..w])
             .collect();
+        if seq.is_empty() {
+            return;
+        }
         for (h, oh) in o.chunks_exact_mut(s.latent).enumerate() {
             let qh = &q[(i * s.heads + h) * w..][..w];
             let mut p: Vec<f32> = seq.iter().map(|e| s.scale * kdtree_quant::reference::dot(qh, e)).collect();
