@@ -19,6 +19,13 @@ const KIB: usize = 1024;
 const SPECIFIC: u32 = 1 << 16;
 
 impl Arch {
+    /// The compute capabilities an `--arch` may name: those whose tensor cores run the kernels'
+    /// bf16/f16 `mma.sync` and `cp.async` (sm_80 on), that NVRTC 13 targets, and whose shared memory
+    /// [`Arch::smem_per_block_max`] knows: Ampere (80, 86, 87), Ada (89), Hopper (90), Blackwell
+    /// (100, 103, 120, 121). The project's own targets are sm_90 and sm_120. A device's arch is
+    /// taken as the driver reports it, known or not.
+    pub const KNOWN: [u32; 9] = [80, 86, 87, 89, 90, 100, 103, 120, 121];
+
     /// Hopper's arch-specific target: what `wgmma` needs.
     pub const SM_90A: Arch = Arch(90).specific();
 
@@ -56,6 +63,11 @@ impl Arch {
         }
     }
 
+    /// [`Arch::KNOWN`] as `sm_80, sm_86, ...`.
+    pub fn known_list() -> String {
+        Self::KNOWN.map(|c| Arch(c).to_string()).join(", ")
+    }
+
     /// The arch of a device from its compute capability (major, minor).
     pub(crate) fn from_capability(major: i32, minor: i32) -> Arch {
         Arch((major * 10 + minor).unsigned_abs())
@@ -65,14 +77,17 @@ impl Arch {
 impl FromStr for Arch {
     type Err = Error;
 
-    /// Accepts `sm_90`, `90`, and the arch-specific `sm_90a`, `90a`.
+    /// Accepts `sm_90`, `90`, and the arch-specific `sm_90a`, `90a`, of the [`Arch::KNOWN`]
+    /// capabilities (an arch-specific target from sm_90 on); any other number is
+    /// [`Error::UnknownArch`], which lists them, not an NVRTC option error later.
     fn from_str(s: &str) -> Result<Arch> {
         let digits = s.strip_prefix("sm_").unwrap_or(s);
         let (digits, specific) = digits.strip_suffix('a').map_or((digits, false), |d| (d, true));
-        match digits.parse::<u32>() {
-            Ok(n) if (10..SPECIFIC).contains(&n) && specific => Ok(Arch(n).specific()),
-            Ok(n) if (10..SPECIFIC).contains(&n) => Ok(Arch(n)),
-            _ => Err(Error::Arch(s.to_owned())),
+        let Ok(n) = digits.parse::<u32>() else { return Err(Error::Arch(s.to_owned())) };
+        match (Self::KNOWN.contains(&n), specific) {
+            (true, false) => Ok(Arch(n)),
+            (true, true) if n >= 90 => Ok(Arch(n).specific()),
+            _ => Err(Error::UnknownArch { arch: s.to_owned() }),
         }
     }
 }
@@ -118,6 +133,22 @@ mod tests {
         assert!(matches!("sm_x".parse::<Arch>(), Err(Error::Arch(s)) if s == "sm_x"));
         assert!("9".parse::<Arch>().is_err());
         assert!("sm_9a".parse::<Arch>().is_err() && "sm_a".parse::<Arch>().is_err());
+    }
+
+    #[test]
+    fn only_known_archs_parse_and_the_error_lists_them() {
+        for known in Arch::KNOWN {
+            assert_eq!(format!("sm_{known}").parse::<Arch>().unwrap(), Arch(known));
+        }
+        for unknown in ["sm_999", "sm_65535", "65535", "sm_70", "sm_80a", "sm_999a"] {
+            let e = unknown.parse::<Arch>().unwrap_err();
+            assert!(matches!(&e, Error::UnknownArch { arch } if arch == unknown), "{e}");
+            let message = e.to_string();
+            assert!(message.starts_with(&format!("{unknown} is not an arch")), "{message}");
+            assert!(message.contains("sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, sm_120, sm_121"), "{message}");
+        }
+        assert!(matches!("sm_65536".parse::<Arch>(), Err(Error::UnknownArch { .. })));
+        assert!(matches!("sm_99999999999".parse::<Arch>(), Err(Error::Arch(_))));
     }
 
     #[test]

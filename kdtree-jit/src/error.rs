@@ -35,6 +35,13 @@ pub enum Error {
     #[error("`{0}` is not an arch: write it as sm_90 or 90")]
     Arch(String),
 
+    #[error(
+        "{arch} is not an arch kdtree compiles for: the known ones are {} (with `a`, the arch-specific \
+         target, from sm_90 on: sm_90a)",
+        Arch::known_list()
+    )]
+    UnknownArch { arch: String },
+
     #[error("`{name}` is not a variant of the {space} space")]
     UnknownVariant { space: &'static str, name: String },
 

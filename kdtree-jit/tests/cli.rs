@@ -181,3 +181,15 @@ fn the_mla_family_is_listed_rendered_and_compiled_like_the_gemms() {
         assert_eq!(compiled[0]["name"].as_str().unwrap(), name);
     }
 }
+
+#[test]
+fn an_unknown_arch_is_refused_naming_it_and_the_known_ones() {
+    for args in [["list", "--arch", "sm_999"], ["list", "--arch", "sm_65535"], ["compile", "--arch", "sm_999"]] {
+        let output = kdtree_jit(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(&format!("{} is not an arch kdtree compiles for", args[2])), "{args:?}: {stderr}");
+        assert!(stderr.contains("sm_90, sm_100, sm_103, sm_120, sm_121"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("NVRTC") && !stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
