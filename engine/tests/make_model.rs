@@ -214,3 +214,49 @@ fn a_spec_the_engine_could_not_load_is_refused_before_writing() {
     assert!(write_model(&dir.path().join("odd"), &odd, &|_| {}).is_err());
     assert!(!dir.path().join("odd").exists());
 }
+
+/// `make-model --dry-run` with `args`, killed after 60 s (a plan made from a declared size without a
+/// bound takes gigabytes and minutes before it aborts).
+fn dry_run(args: &[&str]) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args(["make-model", "--dry-run", "--json", "--out"])
+        .arg(dir.path().join("k2"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{args:?} still running after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn layer_and_expert_counts_are_bounded_before_anything_is_planned() {
+    let max = u64::MAX.to_string();
+    for (args, code, says) in [
+        (&["--experts", "0"][..], 2, &["--experts", "0 is too few", "routed to 8 experts", "at least 8"][..]),
+        (&["--layers", "0"], 2, &["--layers", "0 is too few", "at least 1"]),
+        (&["--layers", "1000000"], 1, &["--layers 1000000 --experts 64", "more than 1048576 tensors"]),
+        (&["--layers", "1048576", "--experts", "8"], 1, &["more than 1048576 tensors"]),
+        (&["--layers", &max], 1, &["num_hidden_layers", "must be in 1..=1048576"]),
+        (&["--experts", &max], 1, &["n_routed_experts", "must be in 0..=1048576"]),
+        (&["--layers", "1048576", "--experts", "1048576"], 1, &["more than 1048576 tensors"]),
+    ] {
+        let out = dry_run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(says.iter().all(|s| stderr.contains(s)) && !stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    // Kimi K2 itself is well within the bound.
+    let out = dry_run(&["--layers", "61", "--experts", "384"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

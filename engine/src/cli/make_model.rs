@@ -34,11 +34,15 @@ pub struct MakeModelArgs {
     /// Folder to write (created if missing; existing files of the same names are replaced).
     #[arg(long)]
     out: PathBuf,
-    /// Decoder layers.
-    #[arg(long, default_value_t = 3)]
+    /// Decoder layers (K2 has 61), at least 1.
+    #[arg(long, default_value_t = 3, value_parser = at_least(1, "a model needs a layer"))]
     layers: usize,
     /// Routed experts per MoE layer (K2 has 384; at least 8, the experts per token).
-    #[arg(long, default_value_t = 64)]
+    #[arg(
+        long,
+        default_value_t = 64,
+        value_parser = at_least(8, "each token is routed to 8 experts (num_experts_per_tok)")
+    )]
     experts: usize,
     /// Leading layers with a dense MLP instead of MoE (first_k_dense_replace; K2 has 1).
     #[arg(long, default_value_t = 1)]
@@ -69,7 +73,9 @@ pub fn run(args: MakeModelArgs) -> anyhow::Result<()> {
         sharding: Sharding::MaxBytes(args.shard_size),
         ..TinySpec::k2_slice(args.layers, args.experts)
     };
-    let planned = spec.summary()?;
+    let planned = spec.summary().with_context(|| {
+        format!("make-model --layers {} --experts {} --dense-layers {}", args.layers, args.experts, args.dense_layers)
+    })?;
     if args.dry_run {
         return print(&args, &planned, None);
     }
@@ -126,6 +132,15 @@ fn print(args: &MakeModelArgs, s: &Summary, seconds: Option<f64>) -> anyhow::Res
 
 fn gb(bytes: u64) -> String {
     format!("{:.2} GB", bytes as f64 / 1e9)
+}
+
+/// A count of at least `min`; `why` says why fewer will not do.
+fn at_least(min: usize, why: &'static str) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync {
+    move |text| match text.parse::<usize>() {
+        Ok(n) if n < min => Err(format!("{n} is too few: {why}, so at least {min}")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("`{text}` is not a count: {e}")),
+    }
 }
 
 /// `4GiB`, `500MB`, `1048576`: bytes, with an optional decimal (KB, MB, GB) or binary (KiB, MiB,

@@ -217,13 +217,27 @@ impl TinySpec {
         c
     }
 
-    /// Refuses specs the engine could not load, before anything is written: the config goes
-    /// through the engine's own parser and its checks.
+    /// The most tensors a spec may make: five times an INT4 Kimi K2 (61 layers of 384 experts, about
+    /// 212 000 tensors). The plan of every tensor is held in memory (a few hundred bytes each)
+    /// before anything is written, so its size is bounded before it is made.
+    pub const MAX_TENSORS: u64 = 1 << 20;
+
+    /// Refuses specs the engine could not load, before anything is planned or written: the config
+    /// goes through the engine's own parser and its checks, and the tensors are counted.
     pub fn check(&self) -> Result<()> {
         let config = Config::parse("config.json (of the spec)", &self.config_json())?;
         let bad = |what: String| Err(EngineError::InvalidArgument(format!("model spec: {what}")));
         if self.num_hidden_layers == 0 || self.vocab_size == 0 || self.hidden_size == 0 {
             return bad("layers, vocabulary and hidden size must be positive".into());
+        }
+        if plan::tensor_count(self).is_none_or(|n| n > Self::MAX_TENSORS) {
+            return bad(format!(
+                "{} layers with {} routed experts each make more than {} tensors (Kimi K2 has about 212 000): fewer \
+                 layers or experts",
+                self.num_hidden_layers,
+                self.n_routed_experts,
+                Self::MAX_TENSORS
+            ));
         }
         let moe = (0..self.num_hidden_layers).any(|i| config.is_moe_layer(i));
         for k in [self.hidden_size, self.moe_intermediate_size] {
@@ -240,12 +254,13 @@ impl TinySpec {
 
     /// What [`write_model`] writes, without writing it.
     pub fn summary(&self) -> Result<Summary> {
+        self.check()?;
         let units = plan::units(self);
         Ok(Summary::of(&units, &self.shards(&units)?))
     }
 
+    /// The shards of `units`, the plan of this spec, which [`Self::check`] accepted.
     fn shards<'a>(&self, units: &'a [Unit]) -> Result<Vec<Shard<'a>>> {
-        self.check()?;
         let (shard_of, count) = plan::shard_of(units, self.sharding)?;
         let mut members = vec![Vec::new(); count];
         for (unit, &s) in units.iter().zip(&shard_of) {
@@ -315,6 +330,7 @@ impl Summary {
 /// replaced). `progress` is called, from any thread, with the bytes of each piece of tensor data
 /// written.
 pub fn write_model(dir: &Path, spec: &TinySpec, progress: &(dyn Fn(u64) + Sync)) -> Result<Summary> {
+    spec.check()?;
     let units = plan::units(spec);
     let shards = spec.shards(&units)?;
     let io = |path: &Path, source| EngineError::Io { file: path.display().to_string(), source };

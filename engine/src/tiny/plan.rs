@@ -115,6 +115,24 @@ pub(crate) fn units(spec: &TinySpec) -> Vec<Unit> {
     b.units
 }
 
+/// How many tensors [`units`] makes, counted without making them (`None` beyond `u64`), so that a
+/// spec of 2^20 layers of 2^20 experts is refused by its count, not built until memory runs out.
+pub(crate) fn tensor_count(spec: &TinySpec) -> Option<u64> {
+    let mlp = |int4: bool| if int4 { 9 } else { 3 };
+    let layers = spec.num_hidden_layers as u64;
+    let moe_layers =
+        if spec.n_routed_experts > 0 { layers.saturating_sub(spec.first_k_dense_replace as u64) } else { 0 };
+    // Two norms, kv_a_proj_with_mqa, its norm, kv_b_proj, o_proj, and q_proj or q_a_proj, its norm and q_b_proj.
+    let attention = 6 + if spec.q_lora_rank.is_some() { 3 } else { 1 };
+    // The router's weight and bias, the routed experts, the shared experts as one MLP.
+    let shared = if spec.n_shared_experts > 0 { mlp(false) } else { 0 };
+    let moe = (spec.n_routed_experts as u64).checked_mul(mlp(spec.int4_experts))?.checked_add(2 + shared)?;
+    let per_layer = layers.checked_mul(attention)?;
+    let feed_forward = moe_layers.checked_mul(moe)?.checked_add((layers - moe_layers).checked_mul(mlp(false))?)?;
+    // The embedding, the final norm and lm_head.
+    per_layer.checked_add(feed_forward)?.checked_add(3)
+}
+
 struct Builder {
     units: Vec<Unit>,
     next_draw: u64,
@@ -197,4 +215,26 @@ pub(crate) fn shard_of(units: &[Unit], sharding: Sharding) -> Result<(Vec<usize>
         *s = count - 1;
     }
     Ok((shard, count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tensor_count_is_what_units_makes() {
+        let tiny = TinySpec::default();
+        for spec in [
+            tiny.clone(),
+            TinySpec { int4_experts: true, q_lora_rank: None, ..tiny.clone() },
+            TinySpec { n_shared_experts: 0, first_k_dense_replace: 5, ..tiny.clone() },
+            TinySpec { n_routed_experts: 0, ..tiny.clone() },
+            TinySpec::k2_slice(4, 16),
+        ] {
+            let made: usize = units(&spec).iter().map(|u| u.tensors.len()).sum();
+            assert_eq!(tensor_count(&spec), Some(made as u64), "{spec:?}");
+        }
+        let huge = TinySpec::k2_slice(usize::MAX, usize::MAX);
+        assert_eq!(tensor_count(&huge), None);
+    }
 }
