@@ -7,6 +7,9 @@ pub enum EngineError {
     #[error("tensor {tensor} is missing from {file}")]
     MissingTensor { tensor: String, file: String },
 
+    #[error("tensor {tensor} is in both {first} and {second}: a checkpoint holds each tensor once")]
+    DuplicateTensor { tensor: String, first: String, second: String },
+
     #[error("{file}: tensor {tensor} has shape {actual:?}, the config implies {expected:?}")]
     ShapeMismatch { file: String, tensor: String, expected: Vec<usize>, actual: Vec<usize> },
 

@@ -233,3 +233,38 @@ fn generate_stops_on_non_finite_logits_with_an_error_naming_the_op() {
     let (status, stdout, stderr) = run(tiny(&int4_all_experts()).path(), &["--spec", "ddtree"]);
     assert!(status.success() && stdout.contains("identical to greedy: yes"), "{stdout}{stderr}");
 }
+
+#[test]
+fn a_tensor_in_two_shards_is_refused_naming_both_with_or_without_an_index() {
+    const SHARD1: &str = "model-00001-of-00002.safetensors";
+    let dir = tiny(&TinySpec::default());
+    // model.norm.weight, which the second shard holds, copied into the first too.
+    let norm = SafetensorsFile::open(&dir.path().join(SHARD2)).unwrap().tensor("model.norm.weight").map(|t| Tensor {
+        dtype: t.dtype(),
+        shape: t.shape().to_vec(),
+        data: t.data().to_vec(),
+    });
+    let first = dir.path().join(SHARD1);
+    let file = SafetensorsFile::open(&first).unwrap();
+    let mut tensors: Vec<(String, Tensor)> = file
+        .names()
+        .unwrap()
+        .into_iter()
+        .map(|n| {
+            let t = file.tensor(&n).unwrap();
+            (n, Tensor { dtype: t.dtype(), shape: t.shape().to_vec(), data: t.data().to_vec() })
+        })
+        .collect();
+    drop(file);
+    tensors.push(("model.norm.weight".into(), norm.unwrap()));
+    write_file(&first, &tensors).unwrap();
+    for index in [true, false] {
+        if !index {
+            std::fs::remove_file(dir.path().join("model.safetensors.index.json")).unwrap();
+        }
+        let e = load_err(dir.path());
+        let m = e.to_string();
+        assert!(matches!(&e, EngineError::DuplicateTensor { tensor, .. } if tensor == "model.norm.weight"), "{m}");
+        assert!(m.contains(SHARD1) && m.contains(SHARD2), "{index}: {m}");
+    }
+}

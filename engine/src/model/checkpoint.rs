@@ -1,5 +1,6 @@
 //! The safetensors shards of a model folder, found through `model.safetensors.index.json` when
-//! there is one, otherwise every `*.safetensors` file of the folder.
+//! there is one, otherwise every `*.safetensors` file of the folder. Each tensor is in one shard:
+//! the same name in two is refused, index or not.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -62,13 +63,18 @@ impl Checkpoint {
                 file: format!("{} (no *.safetensors file)", dir.display()),
             });
         }
-        let mut files = Vec::new();
-        let mut by_name = HashMap::new();
+        let mut files: Vec<SafetensorsFile> = Vec::new();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
         let mut shard_of = HashMap::new();
         for name in shard_names {
             let path = super::shard_path::shard_path(dir, &name)?;
             let file = SafetensorsFile::open(&path).map_err(|e| shard_error(e, &path))?;
             for tensor in file.names().map_err(|e| shard_error(e, file.path()))? {
+                // Two copies would leave which one loads to the order of the shards: refused.
+                if let Some(&first) = by_name.get(&tensor) {
+                    let first = files[first].path().display().to_string();
+                    return Err(EngineError::DuplicateTensor { tensor, first, second: path.display().to_string() });
+                }
                 by_name.insert(tensor.clone(), files.len());
                 shard_of.insert(tensor, name.clone());
             }
