@@ -230,7 +230,8 @@ pub fn tune_mla(
     for &context in contexts {
         let kv = to_bits(&symmetric(context * s.width(), 3, 1.0));
         for (p, &(r, _)) in points.iter().enumerate().filter(|(_, pt)| pt.1 == context) {
-            let ws = (WORKSPACE_BYTES / 4 / most_ws).clamp(1, r) * most_ws;
+            // Every variant's slice (`PointData::time`) fits: rows x its own row, or the byte bound.
+            let ws = (r * most_ws).min(WORKSPACE_BYTES / 4 + most_ws);
             let mut data = PointData::new(session, s, r, &kv, ws)?;
             let mut best: Option<f64> = None;
             for (i, k) in kernels.iter().enumerate() {
@@ -250,7 +251,8 @@ pub fn tune_mla(
     for &context in contexts {
         let kv = to_bits(&symmetric(context * s.width(), 3, 1.0));
         for (p, &(r, c)) in points.iter().enumerate().filter(|(_, pt)| pt.1 == context) {
-            let ws = (WORKSPACE_BYTES / 4 / most_ws).clamp(1, r) * most_ws;
+            // Every variant's slice (`PointData::time`) fits: rows x its own row, or the byte bound.
+            let ws = (r * most_ws).min(WORKSPACE_BYTES / 4 + most_ws);
             let mut data = PointData::new(session, s, r, &kv, ws)?;
             let t = data.time(session, &kernels[chosen], s, r, &BenchConfig::FINAL, None)?;
             let (best_i, best_us) =
