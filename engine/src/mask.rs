@@ -9,26 +9,20 @@ use kdtree_jit::mla::NewMask;
 #[derive(Clone, Debug)]
 pub struct TreeMask {
     n: usize,
-    kind: Kind,
-}
-
-#[derive(Clone, Debug)]
-enum Kind {
-    Causal,
-    Full,
-    /// Row-major `n x n` visibility.
-    Explicit(Vec<bool>),
+    /// As the MLA kernels and their reference read it: causal, full, or a tree's `n x ceil(n / 32)`
+    /// words of bits.
+    mask: NewMask,
 }
 
 impl TreeMask {
     /// Each token sees itself and every earlier one: ordinary prefill.
     pub fn causal(n: usize) -> Self {
-        Self { n, kind: Kind::Causal }
+        Self { n, mask: NewMask::Causal }
     }
 
     /// Every token sees every other one (a non-causal block, as a block drafter uses).
     pub fn full(n: usize) -> Self {
-        Self { n, kind: Kind::Full }
+        Self { n, mask: NewMask::Full }
     }
 
     /// A tree in parents-first order: row `i` is row `parents[i]` plus `i` itself (a root,
@@ -37,25 +31,12 @@ impl TreeMask {
     /// # Panics
     /// If `parents[i] >= i`: a parent must come before its children.
     pub fn from_parents(parents: &[Option<usize>]) -> Self {
-        let n = parents.len();
-        let mut visible = vec![false; n * n];
-        for (i, parent) in parents.iter().enumerate() {
-            if let Some(p) = *parent {
-                assert!(p < i, "tree node {i} has parent {p}: parents must come first");
-                visible.copy_within(p * n..p * n + n, i * n);
-            }
-            visible[i * n + i] = true;
-        }
-        Self { n, kind: Kind::Explicit(visible) }
+        Self { n: parents.len(), mask: NewMask::tree(parents) }
     }
 
     /// Whether new token `query` attends to new token `key`.
     pub fn visible(&self, query: usize, key: usize) -> bool {
-        match &self.kind {
-            Kind::Causal => key <= query,
-            Kind::Full => true,
-            Kind::Explicit(v) => v[query * self.n + key],
-        }
+        self.mask.visible(self.n, query, key)
     }
 
     /// The number of new tokens.
@@ -67,24 +48,21 @@ impl TreeMask {
         self.n == 0
     }
 
-    /// The mask as the MLA kernels read it; a tree's as `n x ceil(n / 32)` words of bits.
-    pub fn to_new_mask(&self) -> NewMask {
-        match &self.kind {
-            Kind::Causal => NewMask::Causal,
-            Kind::Full => NewMask::Full,
-            Kind::Explicit(_) => NewMask::Bits(self.words()),
-        }
+    /// The mask as the MLA kernels read it.
+    pub fn new_mask(&self) -> &NewMask {
+        &self.mask
     }
 
     /// Every row as bits: bit `j % 32` of word `i * ceil(n / 32) + j / 32` is `visible(i, j)`.
     pub fn words(&self) -> Vec<u32> {
+        if let NewMask::Bits(words) = &self.mask {
+            return words.clone();
+        }
         let words = self.n.div_ceil(32);
         let mut out = vec![0u32; self.n * words];
         for i in 0..self.n {
-            for j in 0..self.n {
-                if self.visible(i, j) {
-                    out[i * words + j / 32] |= 1 << (j % 32);
-                }
+            for j in (0..self.n).filter(|&j| self.visible(i, j)) {
+                out[i * words + j / 32] |= 1 << (j % 32);
             }
         }
         out
@@ -127,7 +105,7 @@ mod tests {
         assert!(long.visible(1 << 39, 7) && !long.visible(7, 8));
         let m = TreeMask::from_parents(&[None, Some(0), Some(0), Some(1)]);
         assert_eq!(m.words(), [0b1, 0b11, 0b101, 0b1011]);
-        assert_eq!(m.to_new_mask(), NewMask::Bits(m.words()));
-        assert_eq!(TreeMask::causal(40).to_new_mask(), NewMask::Causal);
+        assert_eq!(*m.new_mask(), NewMask::Bits(m.words()));
+        assert_eq!(*TreeMask::causal(40).new_mask(), NewMask::Causal);
     }
 }

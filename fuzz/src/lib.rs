@@ -27,6 +27,20 @@ pub fn shapes(v: &DenseVariant) -> impl Strategy<Value = (usize, usize, usize)> 
     (1..=max_m, 1usize..=300, 1usize..=40).prop_map(move |(m, n, groups)| (m, n, groups * group))
 }
 
+/// A draft tree of `n` nodes as parent pointers, each parent an earlier node: a new root (1 in 8),
+/// the node just before (3 in 8: long chains), or any earlier node.
+pub fn draft_tree(n: usize) -> impl Strategy<Value = Vec<Option<usize>>> {
+    proptest::collection::vec((0u8..8, any::<proptest::sample::Index>()), n).prop_map(|picks| {
+        let parent = |(i, &(roll, at)): (usize, &(u8, proptest::sample::Index))| match roll {
+            _ if i == 0 => None,
+            0 => None,
+            1..=3 => Some(i - 1),
+            _ => Some(at.index(i)),
+        };
+        picks.iter().enumerate().map(parent).collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

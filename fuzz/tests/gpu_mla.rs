@@ -29,34 +29,6 @@ fn widen(b: &[u16]) -> Vec<f32> {
     b.iter().map(|&x| f32::from_bits(u32::from(x) << 16)).collect()
 }
 
-/// The mask of a draft tree: each node sees itself and its ancestors.
-fn tree_bits(parents: &[Option<usize>]) -> Vec<u32> {
-    let words = parents.len().div_ceil(32);
-    let mut bits = vec![0u32; parents.len() * words];
-    for i in 0..parents.len() {
-        let mut at = Some(i);
-        while let Some(j) = at {
-            bits[i * words + j / 32] |= 1 << (j % 32);
-            at = parents[j];
-        }
-    }
-    bits
-}
-
-/// A tree of `n` nodes, each node's parent an earlier one: a new root (1 in 8), the node just before
-/// (3 in 8: long chains), or any earlier node.
-fn tree(n: usize) -> impl Strategy<Value = Vec<Option<usize>>> {
-    vec((0u8..8, any::<Index>()), n).prop_map(|picks| {
-        let parent = |(i, &(roll, at)): (usize, &(u8, Index))| match roll {
-            _ if i == 0 => None,
-            0 => None,
-            1..=3 => Some(i - 1),
-            _ => Some(at.index(i)),
-        };
-        picks.iter().enumerate().map(parent).collect()
-    })
-}
-
 /// Causal, full, a tree, or random words (half or an eighth of the bits set, those past `n` too): a
 /// row of random bits may see no new token, nothing at all when nothing is committed.
 fn mask(n: usize) -> impl Strategy<Value = NewMask> {
@@ -66,7 +38,7 @@ fn mask(n: usize) -> impl Strategy<Value = NewMask> {
     prop_oneof![
         1 => Just(NewMask::Causal),
         1 => Just(NewMask::Full),
-        2 => tree(n).prop_map(|parents| NewMask::Bits(tree_bits(&parents))),
+        2 => kdtree_fuzz::draft_tree(n).prop_map(|parents| NewMask::tree(&parents)),
         1 => random,
     ]
 }
@@ -102,11 +74,6 @@ fn launch() -> impl Strategy<Value = Launch> {
     })
 }
 
-/// Row `i`'s compact sequence: the committed entries, then the new ones its mask shows, in cache order.
-fn compact(past: usize, n: usize, mask: &NewMask, i: usize) -> Vec<usize> {
-    (0..past).chain((0..n).filter(|&j| mask.visible(n, i, j)).map(|j| past + j)).collect()
-}
-
 /// Runs `l` on `kernel` against the reference, and row `alone` (of the rows that see something) by
 /// itself over its compact sequence in pages of `alone_page`. Returns the worst error over its bound:
 /// each (row, head)'s output is a convex combination of its entries' latent values, and the kernel
@@ -128,7 +95,7 @@ fn check(gpu: &Gpu, kernel: &MlaKernel, l: &Launch, alone: Index, alone_page: us
     let mut worst = 0f32;
     let mut seeing = Vec::new();
     for (i, (g, r)) in got.chunks_exact(row_len).zip(want.chunks_exact(row_len)).enumerate() {
-        if compact(l.past, l.n, &l.mask, i).is_empty() {
+        if l.mask.compact(l.past, l.n, i).next().is_none() {
             prop_assert!(g.iter().chain(r).all(|&x| x == 0.0), "{}: row {} sees nothing but is not zeros", name, i);
             continue;
         }
@@ -151,7 +118,7 @@ fn check(gpu: &Gpu, kernel: &MlaKernel, l: &Launch, alone: Index, alone_page: us
     }
     if !seeing.is_empty() {
         let i = seeing[alone.index(seeing.len())];
-        let seq = compact(l.past, l.n, &l.mask, i);
+        let seq = l.mask.compact(l.past, l.n, i).collect::<Vec<_>>();
         let alone_kv: Vec<u16> = seq.iter().flat_map(|&t| kv[t * w..][..w].iter().copied()).collect();
         let row_q = &q[i * s.heads * w..][..s.heads * w];
         let one = mla_host(gpu, kernel, s, row_q, &alone_kv, seq.len() - 1, &NewMask::Causal, alone_page)

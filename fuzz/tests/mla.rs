@@ -22,34 +22,6 @@ fn shape() -> impl Strategy<Value = MlaShape> {
     )
 }
 
-/// The mask of a draft tree: each node sees itself and its ancestors.
-fn tree_bits(parents: &[Option<usize>]) -> Vec<u32> {
-    let words = parents.len().div_ceil(32);
-    let mut bits = vec![0u32; parents.len() * words];
-    for i in 0..parents.len() {
-        let mut at = Some(i);
-        while let Some(j) = at {
-            bits[i * words + j / 32] |= 1 << (j % 32);
-            at = parents[j];
-        }
-    }
-    bits
-}
-
-/// A tree of `n` nodes, each node's parent an earlier one: a new root (1 in 8), the node just before
-/// (3 in 8: long chains), or any earlier node.
-fn tree(n: usize) -> impl Strategy<Value = Vec<Option<usize>>> {
-    vec((0u8..8, any::<Index>()), n).prop_map(|picks| {
-        let parent = |(i, &(roll, at)): (usize, &(u8, Index))| match roll {
-            _ if i == 0 => None,
-            0 => None,
-            1..=3 => Some(i - 1),
-            _ => Some(at.index(i)),
-        };
-        picks.iter().enumerate().map(parent).collect()
-    })
-}
-
 /// Random words, dense or sparse, with the bits past `n` set too (no token: never read); each row
 /// sees itself.
 fn random_bits(n: usize) -> impl Strategy<Value = Vec<u32>> {
@@ -65,7 +37,7 @@ fn mask(n: usize) -> impl Strategy<Value = NewMask> {
     prop_oneof![
         1 => Just(NewMask::Causal),
         1 => Just(NewMask::Full),
-        2 => tree(n).prop_map(|parents| NewMask::Bits(tree_bits(&parents))),
+        2 => kdtree_fuzz::draft_tree(n).prop_map(|parents| NewMask::tree(&parents)),
         1 => random_bits(n).prop_map(NewMask::Bits),
     ]
 }
@@ -74,11 +46,6 @@ fn mask(n: usize) -> impl Strategy<Value = NewMask> {
 fn case() -> impl Strategy<Value = (MlaShape, usize, usize, NewMask, u64)> {
     (shape(), 0usize..200, 1usize..40)
         .prop_flat_map(|(s, past, n)| (Just(s), Just(past), Just(n), mask(n), any::<u64>()))
-}
-
-/// Row `i`'s compact sequence: the committed entries, then the new ones its mask shows, in cache order.
-fn compact(past: usize, n: usize, mask: &NewMask, i: usize) -> Vec<usize> {
-    (0..past).chain((0..n).filter(|&j| mask.visible(n, i, j)).map(|j| past + j)).collect()
 }
 
 /// Attention the textbook way, each head's keys and values decompressed from the cache: `k = [W_UK c
@@ -115,7 +82,7 @@ fn decompressed(
     }
     let (mut o, mut bound) = (vec![0f32; n * s.heads * s.v], vec![0f32; n * s.heads]);
     for i in 0..n {
-        let seq = compact(past, n, mask, i);
+        let seq = mask.compact(past, n, i).collect::<Vec<_>>();
         for h in 0..s.heads {
             let qh = &q[(i * s.heads + h) * qk..][..qk];
             let head = |t: usize| &up[(t * s.heads + h) * hw..][..hw];
@@ -183,7 +150,7 @@ proptest! {
         for i in 0..n {
             // The row's sequence (for a tree row: the committed entries, then its path from the root)
             // as committed entries, its own entry last as the one new row.
-            let seq = compact(past, n, &mask, i);
+            let seq = mask.compact(past, n, i).collect::<Vec<_>>();
             let alone_kv: Vec<f32> = seq.iter().flat_map(|&t| kv[t * w..][..w].iter().copied()).collect();
             let row_q = &q[i * s.heads * w..][..s.heads * w];
             let alone = attention(row_q, &alone_kv, seq.len() - 1, &NewMask::Causal, &s);

@@ -39,21 +39,6 @@ fn kernels(gpu: &Gpu) -> Vec<MlaKernel> {
         .collect()
 }
 
-/// The ancestor bits of a tree given by its parents: each node sees itself and its ancestors.
-fn tree_bits(parents: &[Option<usize>]) -> Vec<u32> {
-    let n = parents.len();
-    let words = n.div_ceil(32);
-    let mut bits = vec![0u32; n * words];
-    for i in 0..n {
-        let mut at = Some(i);
-        while let Some(j) = at {
-            bits[i * words + j / 32] |= 1 << (j % 32);
-            at = parents[j];
-        }
-    }
-    bits
-}
-
 struct Case {
     name: &'static str,
     shape: MlaShape,
@@ -68,7 +53,7 @@ struct Case {
 fn cases() -> Vec<Case> {
     let tiny = MlaShape { heads: 3, nope: 16, rope: 16, v: 16, latent: 32, scale: 0.25 };
     let odd = MlaShape { heads: 20, nope: 32, rope: 32, v: 32, latent: 96, scale: 0.2 };
-    let tree = NewMask::Bits(tree_bits(&[None, Some(0), Some(0), Some(1), Some(3)]));
+    let tree = NewMask::tree(&[None, Some(0), Some(0), Some(1), Some(3)]);
     let c = |name, shape, past, n, mask, page, q_amp| Case { name, shape, past, n, mask, page, q_amp };
     vec![
         c("tiny, one entry", tiny, 0, 1, NewMask::Causal, 16, 1.0),
@@ -134,7 +119,7 @@ fn a_tree_row_equals_the_same_row_decoded_alone_bit_for_bit() {
     let (past, n) = (1000, parents.len());
     let q = bits(&symmetric(n * s.heads * w, 1, 1.0));
     let kv = bits(&symmetric((past + n) * w, 2, 1.0));
-    let mask = NewMask::Bits(tree_bits(&parents));
+    let mask = NewMask::tree(&parents);
     let causal_q = bits(&symmetric(64 * s.heads * w, 3, 1.0));
     let causal_kv = bits(&symmetric((past + 64) * w, 4, 1.0));
     let mut failures = Vec::new();

@@ -70,7 +70,7 @@ impl HostBatch {
         let over = |what: &str, v: usize| EngineError::InvalidArgument(format!("batch: {what} {v} is over u32"));
         let positions =
             positions.iter().map(|&p| u32::try_from(p).map_err(|_| over("position", p))).collect::<Result<_>>()?;
-        let (mask_mode, words) = match mask.to_new_mask() {
+        let (mask_mode, words) = match mask.new_mask() {
             _ if mask.len() <= ALWAYS_BITS => (MaskMode::Bits, mask.words()),
             NewMask::Causal => (MaskMode::Causal, vec![0]),
             NewMask::Full => (MaskMode::Full, vec![0]),
@@ -80,7 +80,7 @@ impl HostBatch {
                     mask.len()
                 )));
             }
-            NewMask::Bits(words) => (MaskMode::Bits, words),
+            NewMask::Bits(words) => (MaskMode::Bits, words.clone()),
         };
         Ok(HostBatch {
             tokens: tokens.to_vec(),

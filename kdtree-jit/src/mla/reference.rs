@@ -20,6 +20,25 @@ pub enum NewMask {
 }
 
 impl NewMask {
+    /// The mask of a draft tree in parents-first order (each node's parent an earlier node, `None`
+    /// for a root): row `i` is its parent's row plus `i` itself, so each node sees itself and its
+    /// ancestors.
+    ///
+    /// # Panics
+    /// If `parents[i] >= i`: a parent must come before its children.
+    pub fn tree(parents: &[Option<usize>]) -> NewMask {
+        let words = parents.len().div_ceil(32);
+        let mut bits = vec![0u32; parents.len() * words];
+        for (i, parent) in parents.iter().enumerate() {
+            if let Some(p) = *parent {
+                assert!(p < i, "tree node {i} has parent {p}: parents must come first");
+                bits.copy_within(p * words..(p + 1) * words, i * words);
+            }
+            bits[i * words + i / 32] |= 1 << (i % 32);
+        }
+        NewMask::Bits(bits)
+    }
+
     /// Whether new token `i` of `n` sees new token `j`.
     pub fn visible(&self, n: usize, i: usize, j: usize) -> bool {
         match self {
@@ -27,6 +46,12 @@ impl NewMask {
             NewMask::Full => true,
             NewMask::Bits(words) => words[i * n.div_ceil(32) + j / 32] >> (j % 32) & 1 == 1,
         }
+    }
+
+    /// New row `i`'s compact sequence, as cache positions: the `past` committed entries, then the
+    /// new ones (at `past + j`) it sees, in cache order.
+    pub fn compact(&self, past: usize, n: usize, i: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..past).chain((0..n).filter(move |&j| self.visible(n, i, j)).map(move |j| past + j))
     }
 }
 
@@ -86,10 +111,7 @@ pub fn attention(q: &[f32], kv: &[f32], past: usize, mask: &NewMask, s: &MlaShap
     assert_eq!(kv.len(), (past + n) * w, "mla attention: kv does not hold past + n entries");
     let mut out = vec![0f32; n * s.heads * s.latent];
     out.par_chunks_mut(s.heads * s.latent).enumerate().for_each(|(i, o)| {
-        let seq: Vec<&[f32]> = (0..past)
-            .chain((0..n).filter(|&j| mask.visible(n, i, j)).map(|j| past + j))
-            .map(|t| &kv[t * w..][..w])
-            .collect();
+        let seq: Vec<&[f32]> = mask.compact(past, n, i).map(|t| &kv[t * w..][..w]).collect();
         if seq.is_empty() {
             return;
         }
@@ -118,6 +140,18 @@ mod tests {
     use super::*;
 
     const S: MlaShape = MlaShape { heads: 2, nope: 2, rope: 1, v: 2, latent: 3, scale: 0.5 };
+
+    #[test]
+    fn a_tree_node_sees_itself_and_its_ancestors_only() {
+        // 0 -> {1, 2}, 1 -> 3; 34 nodes so that rows take two words.
+        let mut parents = vec![None, Some(0), Some(0), Some(1)];
+        parents.extend((4..34).map(|i| Some(i - 1)));
+        let m = NewMask::tree(&parents);
+        let n = parents.len();
+        assert!(m.visible(n, 3, 0) && m.visible(n, 3, 1) && m.visible(n, 3, 3));
+        assert!(!m.visible(n, 3, 2) && !m.visible(n, 2, 1) && !m.visible(n, 0, 1));
+        assert!(m.visible(n, 33, 32) && m.visible(n, 33, 4) && m.visible(n, 33, 0) && !m.visible(n, 33, 2));
+    }
 
     fn values(len: usize, seed: usize) -> Vec<f32> {
         (0..len).map(|i| (((i + seed) * 7919) % 97) as f32 / 20.0 - 2.0).collect()

@@ -10,7 +10,7 @@
 //! causal block and a tree, then screened at every point (L2 flushed, early stop at 1.5x the best
 //! of the point); the winner is timed again at every point with the final reps.
 
-use half::bf16;
+use kdtree_quant::Dtype;
 use kdtree_quant::sample::symmetric;
 use serde::Serialize;
 
@@ -19,6 +19,7 @@ use super::db::{Entry, TuningDb};
 use super::error::Result;
 use super::key::{MlaKey, ProblemKey};
 use super::peers::Peers;
+use super::problem::{from_bits, to_bits};
 use super::search::Rejection;
 use super::session::Session;
 use crate::mla::reference::attention;
@@ -63,26 +64,12 @@ pub struct MlaTuned {
     pub rejected: Vec<Rejection>,
 }
 
-fn to_bits(v: &[f32]) -> Vec<u16> {
-    v.iter().map(|&x| bf16::from_f32(x).to_bits()).collect()
+fn to_bf16(v: &[f32]) -> Vec<u16> {
+    v.iter().map(|&x| to_bits(Dtype::Bf16, x)).collect()
 }
 
 fn widen(b: &[u16]) -> Vec<f32> {
-    b.iter().map(|&x| bf16::from_bits(x).to_f32()).collect()
-}
-
-/// Bits of a tree given by parent pointers: each row sees itself and its ancestors.
-fn tree_bits(parents: &[Option<usize>]) -> Vec<u32> {
-    let words = parents.len().div_ceil(32);
-    let mut bits = vec![0u32; parents.len() * words];
-    for i in 0..parents.len() {
-        let mut at = Some(i);
-        while let Some(j) = at {
-            bits[i * words + j / 32] |= 1 << (j % 32);
-            at = parents[j];
-        }
-    }
-    bits
+    b.iter().map(|&x| from_bits(Dtype::Bf16, x)).collect()
 }
 
 /// The gate's cases, a causal block and a tree, with the reference's output: bf16 bits of q and kv,
@@ -97,12 +84,12 @@ struct GateCase {
 
 fn gate_cases(s: &MlaShape) -> Vec<GateCase> {
     let w = s.width();
-    let tree = NewMask::Bits(tree_bits(&[None, Some(0), Some(0), Some(1), Some(3)]));
+    let tree = NewMask::tree(&[None, Some(0), Some(0), Some(1), Some(3)]);
     [(1u64, 1000usize, 8usize, NewMask::Causal), (2, 37, 5, tree)]
         .into_iter()
         .map(|(seed, past, n, mask)| {
-            let q = to_bits(&symmetric(n * s.heads * w, seed, 1.0));
-            let kv = to_bits(&symmetric((past + n) * w, seed + 10, 1.0));
+            let q = to_bf16(&symmetric(n * s.heads * w, seed, 1.0));
+            let kv = to_bf16(&symmetric((past + n) * w, seed + 10, 1.0));
             let want = attention(&widen(&q), &widen(&kv), past, &mask, s);
             GateCase { q, kv, past, mask, want }
         })
@@ -131,53 +118,74 @@ fn gate(
     Ok(Ok(error))
 }
 
-/// The device buffers of one grid point, shared by every variant.
-struct PointData {
-    _pool: cudarc::driver::CudaSlice<u16>,
-    table: cudarc::driver::CudaSlice<u64>,
-    q: cudarc::driver::CudaSlice<u16>,
-    past: cudarc::driver::CudaSlice<u32>,
+/// The grid's device buffers, made once and shared by every variant and both passes: a cache per
+/// context, queries per row count, each point's committed length, one workspace and output.
+struct Grid {
+    /// Per context: its pool (kept alive) and page table.
+    caches: Vec<(cudarc::driver::CudaSlice<u16>, cudarc::driver::CudaSlice<u64>)>,
+    /// Per row count.
+    queries: Vec<cudarc::driver::CudaSlice<u16>>,
+    /// Per point: (row count's index, context's index, rows, `context - rows` on the device).
+    points: Vec<(usize, usize, usize, cudarc::driver::CudaSlice<u32>)>,
     workspace: cudarc::driver::CudaSlice<f32>,
     o_lat: cudarc::driver::CudaSlice<f32>,
 }
 
-impl PointData {
-    fn new(session: &Session, s: &MlaShape, rows: usize, kv: &[u16], workspace: usize) -> Result<PointData> {
-        let st = &session.gpu.stream;
-        let context = kv.len() / s.width();
-        let (pool, table) = upload_cache(session.gpu, kv, s.width(), PAGE, 1, 0)?;
-        Ok(PointData {
-            _pool: pool,
-            table,
-            q: st.clone_htod(&to_bits(&symmetric(rows * s.heads * s.width(), 7, 1.0)))?,
-            past: st.clone_htod(&[(context - rows) as u32])?,
+impl Grid {
+    /// Points are (rows, context) in context-major order, rows no more than the context.
+    fn new(session: &Session, s: &MlaShape, rows: &[usize], contexts: &[usize], most_ws: usize) -> Result<Grid> {
+        let (gpu, w) = (session.gpu, s.width());
+        let st = &gpu.stream;
+        let mut caches = Vec::new();
+        for &c in contexts {
+            caches.push(upload_cache(gpu, &to_bf16(&symmetric(c * w, 3, 1.0)), w, PAGE, 1, 0)?);
+        }
+        let mut queries = Vec::new();
+        for &r in rows {
+            queries.push(st.clone_htod(&to_bf16(&symmetric(r * s.heads * w, 7, 1.0)))?);
+        }
+        let mut points = Vec::new();
+        for (ci, &c) in contexts.iter().enumerate() {
+            for (ri, &r) in rows.iter().enumerate().filter(|(_, r)| **r <= c) {
+                points.push((ri, ci, r, st.clone_htod(&[(c - r) as u32])?));
+            }
+        }
+        let most_rows = rows.iter().copied().max().unwrap_or(1);
+        // Every variant's slice (`Grid::time`) fits: rows x its own row, or the byte bound.
+        let workspace = (most_rows * most_ws).min(WORKSPACE_BYTES / 4 + most_ws);
+        Ok(Grid {
+            caches,
+            queries,
+            points,
             workspace: st.alloc_zeros::<f32>(workspace)?,
-            o_lat: st.alloc_zeros::<f32>(rows * s.heads * s.latent)?,
+            o_lat: st.alloc_zeros::<f32>(most_rows * s.heads * s.latent)?,
         })
     }
 
+    /// Times `kernel` at point `p`.
     fn time(
         &mut self,
         session: &mut Session,
         kernel: &MlaKernel,
         s: &MlaShape,
-        rows: usize,
+        p: usize,
         cfg: &BenchConfig,
         best: Option<f64>,
     ) -> Result<Timing> {
+        let (ri, ci, rows, past) = &self.points[p];
         let row_len = kernel.variant().workspace_len(1, s.heads, s.latent);
-        let ws = (WORKSPACE_BYTES / 4 / row_len).clamp(1, rows) * row_len;
+        let ws = (WORKSPACE_BYTES / 4 / row_len).clamp(1, *rows) * row_len;
         let Session { gpu, clock, flusher, .. } = session;
         let mut run = || {
             let b = MlaBuffers {
-                q: self.q.as_view(),
-                cache: PagedCache { table: self.table.as_view(), page: PAGE, layer: 0 },
-                past: self.past.as_view(),
+                q: self.queries[*ri].as_view(),
+                cache: PagedCache { table: self.caches[*ci].1.as_view(), page: PAGE, layer: 0 },
+                past: past.as_view(),
                 mask: DeviceMask::Causal,
                 workspace: self.workspace.slice_mut(..ws),
-                o_lat: self.o_lat.as_view_mut(),
+                o_lat: self.o_lat.slice_mut(..*rows * s.heads * s.latent),
             };
-            Ok(kernel.launch(gpu, s, rows, b)?)
+            Ok(kernel.launch(gpu, s, *rows, b)?)
         };
         measure(clock, cfg, best, || flusher.flush(&gpu.stream), &mut run)
     }
@@ -220,57 +228,50 @@ pub fn tune_mla(
         }
         .into());
     }
-    let points: Vec<(usize, usize)> =
-        contexts.iter().flat_map(|&c| rows.iter().filter(move |&&r| r <= c).map(move |&r| (r, c))).collect();
-    let total = points.len() * (kernels.len() + 1);
     let most_ws = kernels.iter().map(|k| k.variant().workspace_len(1, s.heads, s.latent)).max().unwrap_or(1);
+    let mut grid = Grid::new(session, s, rows, contexts, most_ws)?;
+    let points = grid.points.len();
+    if points == 0 {
+        let reason = "no point of the grid has at most as many rows as its context".into();
+        return Err(crate::Error::Unsupported { variant: key.to_string(), reason }.into());
+    }
+    let total = points * (kernels.len() + 1);
     // Screen: every variant at every point; times[p][v].
-    let mut times = vec![vec![f64::INFINITY; kernels.len()]; points.len()];
+    let mut times = vec![vec![f64::INFINITY; kernels.len()]; points];
     let mut done = 0;
-    for &context in contexts {
-        let kv = to_bits(&symmetric(context * s.width(), 3, 1.0));
-        for (p, &(r, _)) in points.iter().enumerate().filter(|(_, pt)| pt.1 == context) {
-            // Every variant's slice (`PointData::time`) fits: rows x its own row, or the byte bound.
-            let ws = (r * most_ws).min(WORKSPACE_BYTES / 4 + most_ws);
-            let mut data = PointData::new(session, s, r, &kv, ws)?;
-            let mut best: Option<f64> = None;
-            for (i, k) in kernels.iter().enumerate() {
-                let t = data.time(session, k, s, r, &BenchConfig::SCREEN, best)?.median_us;
-                times[p][i] = t;
-                best = Some(best.map_or(t, |b| b.min(t)));
-                done += 1;
-                progress(done, total);
-            }
+    for (p, times) in times.iter_mut().enumerate() {
+        let mut best: Option<f64> = None;
+        for (i, k) in kernels.iter().enumerate() {
+            let t = grid.time(session, k, s, p, &BenchConfig::SCREEN, best)?.median_us;
+            times[i] = t;
+            best = Some(best.map_or(t, |b| b.min(t)));
+            done += 1;
+            progress(done, total);
         }
     }
     let score = |i: usize| times.iter().map(|t| t[i] / t.iter().copied().fold(f64::INFINITY, f64::min)).sum::<f64>();
     let chosen = (0..kernels.len()).min_by(|&a, &b| score(a).total_cmp(&score(b))).expect("some kernel");
-    let mean_slowdown = score(chosen) / points.len() as f64;
+    let mean_slowdown = score(chosen) / points as f64;
     // The winner's final times, point by point.
     let mut reports = Vec::new();
-    for &context in contexts {
-        let kv = to_bits(&symmetric(context * s.width(), 3, 1.0));
-        for (p, &(r, c)) in points.iter().enumerate().filter(|(_, pt)| pt.1 == context) {
-            // Every variant's slice (`PointData::time`) fits: rows x its own row, or the byte bound.
-            let ws = (r * most_ws).min(WORKSPACE_BYTES / 4 + most_ws);
-            let mut data = PointData::new(session, s, r, &kv, ws)?;
-            let t = data.time(session, &kernels[chosen], s, r, &BenchConfig::FINAL, None)?;
-            let (best_i, best_us) =
-                times[p].iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map(|(i, &t)| (i, t)).expect("timed");
-            let bytes = (c * s.width() * 2) as f64;
-            let flops = 2.0 * (r * s.heads) as f64 * c as f64 * (s.width() + s.latent) as f64;
-            reports.push(MlaPoint {
-                rows: r,
-                context: c,
-                chosen: t,
-                best_variant: kernels[best_i].variant().name(),
-                best_us,
-                gbps: bytes / t.median_us / 1e3,
-                tflops: flops / t.median_us / 1e6,
-            });
-            done += 1;
-            progress(done, total);
-        }
+    for (p, times) in times.iter().enumerate() {
+        let t = grid.time(session, &kernels[chosen], s, p, &BenchConfig::FINAL, None)?;
+        let (r, c) = (grid.points[p].2, contexts[grid.points[p].1]);
+        let (best_i, best_us) =
+            times.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map(|(i, &t)| (i, t)).expect("timed");
+        let bytes = (c * s.width() * 2) as f64;
+        let flops = 2.0 * (r * s.heads) as f64 * c as f64 * (s.width() + s.latent) as f64;
+        reports.push(MlaPoint {
+            rows: r,
+            context: c,
+            chosen: t,
+            best_variant: kernels[best_i].variant().name(),
+            best_us,
+            gbps: bytes / t.median_us / 1e3,
+            tflops: flops / t.median_us / 1e6,
+        });
+        done += 1;
+        progress(done, total);
     }
     let variant = kernels[chosen].variant().name();
     let decode = reports.iter().filter(|p| p.rows == 1).max_by_key(|p| p.context).unwrap_or(&reports[0]);
