@@ -142,7 +142,7 @@ pub(crate) fn absorbed_attention(
     let s = h.mla();
     let mut q_lat = mla::absorb_query(q, kv_b, &s);
     q_lat.iter_mut().for_each(|x| *x = h.kv.round(*x));
-    mla::unabsorb_output(&mla::attention(&q_lat, entries, past, mask.new_mask(), &s), kv_b, &s)
+    mla::unabsorb_output(&mla::attention(&q_lat, entries, past, mask.new_mask(), &s, h.kv.weights()), kv_b, &s)
 }
 
 fn shape_error(op: &str, reason: String) -> EngineError {

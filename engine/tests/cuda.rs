@@ -172,6 +172,12 @@ fn cuda_logits_match_the_cpu_backend_within_bf16_rounding() {
     }
 }
 
+/// Greedy tokens on CUDA equal the CPU's, or part at a near tie: the two backends sum in different
+/// orders (cuBLAS, the tensor-core MLA kernel), so where the CPU's two best logits lie closer than
+/// the backends' logits differ, no order is more right than the other. At the first differing
+/// token, both backends' logits for the shared prefix must agree within [`TOLERANCE`], and the CPU's
+/// margin between the two chosen tokens must lie within twice their measured difference: a parting
+/// that rounding does not explain fails.
 #[test]
 #[ignore = "needs a GPU"]
 fn cuda_greedy_tokens_equal_the_cpu_backends_on_the_tiny_models() {
@@ -186,7 +192,26 @@ fn cuda_greedy_tokens_equal_the_cpu_backends_on_the_tiny_models() {
         let cpu = greedy_generate(&f.cpu, &prompt, 16, None).unwrap();
         let gpu = greedy_generate(&f.cuda, &prompt, 16, None).unwrap();
         println!("seed {}: cpu {cpu:?}\n        gpu {gpu:?}", spec.seed);
-        assert_eq!(gpu, cpu, "seed {}", spec.seed);
+        let Some(k) = cpu.iter().zip(&gpu).position(|(c, g)| c != g) else {
+            assert_eq!(gpu, cpu, "seed {}", spec.seed);
+            continue;
+        };
+        let prefix = [&prompt[..], &cpu[..k]].concat();
+        let last = |logits: Vec<f32>| logits[logits.len() - f.cpu.config.vocab_size..].to_vec();
+        let (c, g) = (last(prefill(&f.cpu, &prefix).1), last(prefill(&f.cuda, &prefix).1));
+        let whole = c.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let diff = c.iter().zip(&g).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let margin = c[cpu[k] as usize] - c[gpu[k] as usize];
+        println!(
+            "seed {}: parts at token {k}: CPU margin {margin:.3e}, logits differ by {diff:.3e} (max |logit| {whole:.3e})",
+            spec.seed
+        );
+        assert!(f64::from(diff / whole) <= TOLERANCE, "seed {}: logits differ by {diff:.3e} of {whole:.3e}", spec.seed);
+        assert!(
+            margin <= 2.0 * diff,
+            "seed {}: token {k} parts with a margin of {margin:.3e}, beyond rounding",
+            spec.seed
+        );
     }
 }
 

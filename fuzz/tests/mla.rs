@@ -4,7 +4,7 @@
 //! row run alone over its compact sequence bit for bit (the batch invariance tree verification rests
 //! on), and rows that see nothing.
 
-use kdtree_jit::mla::reference::{absorb_query, attention, unabsorb_output};
+use kdtree_jit::mla::reference::{Weights, absorb_query, attention, unabsorb_output};
 use kdtree_jit::mla::{MlaShape, NewMask};
 use kdtree_quant::sample::symmetric;
 use proptest::collection::vec;
@@ -126,7 +126,7 @@ proptest! {
         let q = symmetric(n * s.heads * (s.nope + s.rope), seed, q_amp);
         let kv = symmetric((past + n) * s.width(), seed ^ 1, 1.0);
         let kv_b = symmetric(s.heads * (s.nope + s.v) * s.latent, seed ^ 2, 1.0 / (s.latent as f32).sqrt());
-        let o_lat = attention(&absorb_query(&q, &kv_b, &s), &kv, past, &mask, &s);
+        let o_lat = attention(&absorb_query(&q, &kv_b, &s), &kv, past, &mask, &s, Weights::F32);
         let got = unabsorb_output(&o_lat, &kv_b, &s);
         let (want, bound) = decompressed(&q, &kv, &kv_b, past, &mask, &s);
         for (r, (g, w)) in got.chunks_exact(s.v).zip(want.chunks_exact(s.v)).enumerate() {
@@ -146,14 +146,14 @@ proptest! {
         let w = s.width();
         let q = symmetric(n * s.heads * w, seed, 2.0);
         let kv = symmetric((past + n) * w, seed ^ 1, 1.0);
-        let all = attention(&q, &kv, past, &mask, &s);
+        let all = attention(&q, &kv, past, &mask, &s, Weights::Bf16);
         for i in 0..n {
             // The row's sequence (for a tree row: the committed entries, then its path from the root)
             // as committed entries, its own entry last as the one new row.
             let seq = mask.compact(past, n, i).collect::<Vec<_>>();
             let alone_kv: Vec<f32> = seq.iter().flat_map(|&t| kv[t * w..][..w].iter().copied()).collect();
             let row_q = &q[i * s.heads * w..][..s.heads * w];
-            let alone = attention(row_q, &alone_kv, seq.len() - 1, &NewMask::Causal, &s);
+            let alone = attention(row_q, &alone_kv, seq.len() - 1, &NewMask::Causal, &s, Weights::Bf16);
             let row = &all[i * s.heads * s.latent..][..s.heads * s.latent];
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             prop_assert_eq!(bits(&alone), bits(row), "row {} of {} over {} committed", i, n, past);
@@ -178,7 +178,7 @@ proptest! {
         }
         let q = symmetric(n * s.heads * w, seed, 2.0);
         let kv = symmetric(n * w, seed ^ 1, 1.0);
-        let out = attention(&q, &kv, 0, &NewMask::Bits(bits), &s);
+        let out = attention(&q, &kv, 0, &NewMask::Bits(bits), &s, Weights::Bf16);
         for (i, row) in out.chunks_exact(s.heads * s.latent).enumerate() {
             if blind[i] {
                 prop_assert!(row.iter().all(|x| x.to_bits() == 0), "row {} sees nothing: {:?}", i, &row[..4]);

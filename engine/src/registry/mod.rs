@@ -118,6 +118,15 @@ impl KvDtype {
         }
     }
 
+    /// The dtype attention's softmax weights take beside a cache of this dtype: bf16, as the GPU's
+    /// tensor cores take them, or f32.
+    pub fn weights(self) -> kdtree_jit::mla::reference::Weights {
+        match self {
+            KvDtype::Bf16 => kdtree_jit::mla::reference::Weights::Bf16,
+            KvDtype::F32 => kdtree_jit::mla::reference::Weights::F32,
+        }
+    }
+
     /// `x` as stored in this dtype (bf16: rounded to nearest even), read back as f32.
     pub fn round(self, x: f32) -> f32 {
         match self {

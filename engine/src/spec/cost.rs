@@ -52,9 +52,15 @@ impl CostModel {
             .map_err(|e| EngineError::InvalidArgument(format!("{}: {e}", path.display())))
     }
 
+    /// Writes the model as JSON, creating the folder it goes in (the default one, beside the tuning
+    /// DB, need not exist on a fresh machine).
     pub fn save(&self, path: &Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
-        std::fs::write(path, text).map_err(|e| EngineError::InvalidArgument(format!("{}: {e}", path.display())))
+        let io = |e: std::io::Error| EngineError::InvalidArgument(format!("{}: {e}", path.display()));
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        std::fs::write(path, text).map_err(io)
     }
 
     /// t(T) in µs: linear between measured points, the first point's below it, and the last segment's
@@ -128,7 +134,7 @@ mod tests {
     #[test]
     fn files_round_trip_and_bad_ones_name_themselves() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("cost.json");
+        let path = dir.path().join("new folder").join("cost.json");
         let m = model(vec![(1, 100.0), (4, 160.0)]);
         m.save(&path).unwrap();
         assert_eq!(CostModel::load(&path).unwrap(), m);

@@ -95,21 +95,33 @@ pub fn unabsorb_output(o_lat: &[f32], kv_b: &[f32], s: &MlaShape) -> Vec<f32> {
     out
 }
 
+/// The dtype the softmax weights `P` take before they multiply the values: the GPU family's
+/// tensor cores take them in bf16, beside a bf16 cache; an f32 cache keeps them in f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weights {
+    F32,
+    Bf16,
+}
+
 /// Absorbed attention of `n` new rows over a latent cache of `past + n` entries.
 ///
 /// `q` is `[n, heads, latent + rope]` ([`absorb_query`]'s output); `kv` is `[past + n, latent +
 /// rope]` in cache order, the new tokens' entries last: `[c_kv | k_pe]` per token, shared by every
 /// head. Row `i` sees the `past` cached entries, then the new entries `mask` lets it see, in cache
 /// order (its compact sequence); masked entries are skipped, not zero-weighted. Per head: scores
-/// `scale · q · kv` over the full width, softmax, and the weighted sum of the entries' first `latent`
-/// values. A row that sees no entry (nothing committed, an empty mask row) is zeros, as the GPU's
-/// combine writes it. Returns `o_lat`, `[n, heads, latent]`.
-pub fn attention(q: &[f32], kv: &[f32], past: usize, mask: &NewMask, s: &MlaShape) -> Vec<f32> {
+/// `scale · log2 e · q · kv` over the full width, the softmax in base 2 with the weights `P =
+/// 2^(score - m)` taken in `weights`' dtype, where `m` is the maximum score rounded up to an integer
+/// (the GPU's online max, whose rescaling is then exact: its P are these P, whichever tile set the
+/// max), and `Σ P · latent / Σ P` with the sum over the rounded weights. A row that sees no entry
+/// (nothing committed, an empty mask row) is zeros, as the GPU's combine writes it. Returns
+/// `o_lat`, `[n, heads, latent]`.
+pub fn attention(q: &[f32], kv: &[f32], past: usize, mask: &NewMask, s: &MlaShape, weights: Weights) -> Vec<f32> {
     let w = s.width();
     let n = q.len() / (s.heads * w);
     assert_eq!(q.len(), n * s.heads * w, "mla attention: q is not whole rows");
     assert_eq!(kv.len(), (past + n) * w, "mla attention: kv does not hold past + n entries");
     let mut out = vec![0f32; n * s.heads * s.latent];
+    let scale_log2 = s.scale * std::f32::consts::LOG2_E; // as the launch folds it
     out.par_chunks_mut(s.heads * s.latent).enumerate().for_each(|(i, o)| {
         let seq: Vec<&[f32]> = mask.compact(past, n, i).map(|t| &kv[t * w..][..w]).collect();
         if seq.is_empty() {
@@ -117,11 +129,14 @@ pub fn attention(q: &[f32], kv: &[f32], past: usize, mask: &NewMask, s: &MlaShap
         }
         for (h, oh) in o.chunks_exact_mut(s.latent).enumerate() {
             let qh = &q[(i * s.heads + h) * w..][..w];
-            let mut p: Vec<f32> = seq.iter().map(|e| s.scale * kdtree_quant::reference::dot(qh, e)).collect();
-            let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut p: Vec<f32> = seq.iter().map(|e| kdtree_quant::reference::dot(qh, e) * scale_log2).collect();
+            let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max).ceil();
             let mut sum = 0f32;
             for x in &mut p {
-                *x = (*x - max).exp();
+                *x = (*x - max).exp2();
+                if weights == Weights::Bf16 {
+                    *x = half::bf16::from_f32(*x).to_f32();
+                }
                 sum += *x;
             }
             for (e, &pe) in seq.iter().zip(&p) {
@@ -160,7 +175,23 @@ mod tests {
     #[test]
     fn one_visible_entry_returns_its_latent() {
         let (q, kv) = (values(2 * 4, 1), values(4, 2));
-        assert_eq!(attention(&q, &kv, 0, &NewMask::Causal, &S), [&kv[..3], &kv[..3]].concat());
+        assert_eq!(attention(&q, &kv, 0, &NewMask::Causal, &S, Weights::F32), [&kv[..3], &kv[..3]].concat());
+    }
+
+    #[test]
+    fn bf16_weights_are_rounded_against_the_max_score_rounded_up() {
+        // One head, one row over three entries whose one-hot latents pick out each weight / sum.
+        let s = MlaShape { heads: 1, nope: 1, rope: 1, v: 1, latent: 3, scale: 0.7 };
+        let q = [0.31f32, -1.7, 2.9, 0.0];
+        let kv = [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]].concat();
+        let scale_log2 = s.scale * std::f32::consts::LOG2_E;
+        let scores = q[..3].iter().map(|&x| x * scale_log2);
+        let m = (q[2] * scale_log2).ceil();
+        let p: Vec<f32> = scores.map(|x| half::bf16::from_f32((x - m).exp2()).to_f32()).collect();
+        let sum = p.iter().sum::<f32>();
+        let got = attention(&q, &kv, 2, &NewMask::Causal, &s, Weights::Bf16);
+        assert_eq!(got, [p[0] / sum, p[1] / sum, p[2] / sum]);
+        assert_ne!(got, attention(&q, &kv, 2, &NewMask::Causal, &s, Weights::F32), "rounding P changes the sums");
     }
 
     #[test]
@@ -179,9 +210,9 @@ mod tests {
                 at = parents[j];
             }
         }
-        let out = attention(&q, &kv, past, &NewMask::Bits(bits), &S);
+        let out = attention(&q, &kv, past, &NewMask::Bits(bits), &S, Weights::F32);
         let path: Vec<f32> = [0, 1, 2, 4, 5].iter().flat_map(|&t| kv[t * w..][..w].to_vec()).collect();
-        let alone = attention(&q[3 * S.heads * w..], &path, 4, &NewMask::Causal, &S);
+        let alone = attention(&q[3 * S.heads * w..], &path, 4, &NewMask::Causal, &S, Weights::F32);
         assert_eq!(out[3 * S.heads * S.latent..], alone[..]);
     }
 
@@ -192,8 +223,11 @@ mod tests {
         let q = values(n * S.heads * (S.nope + S.rope), 6);
         let kv = values(n * w, 7);
         let kv_b = values(S.heads * (S.nope + S.v) * S.latent, 8);
-        let absorbed =
-            unabsorb_output(&attention(&absorb_query(&q, &kv_b, &S), &kv, 0, &NewMask::Causal, &S), &kv_b, &S);
+        let absorbed = unabsorb_output(
+            &attention(&absorb_query(&q, &kv_b, &S), &kv, 0, &NewMask::Causal, &S, Weights::F32),
+            &kv_b,
+            &S,
+        );
         for i in 0..n {
             for h in 0..S.heads {
                 let row = |r: usize, c: &[f32]| -> f32 { (0..S.latent).map(|x| kv_b[r * S.latent + x] * c[x]).sum() };
