@@ -22,8 +22,11 @@ pub struct AuxKernel {
     gather: CudaFunction,
 }
 
-fn grid(x: usize, y: usize) -> LaunchConfig {
-    LaunchConfig { grid_dim: (x as u32, y as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+/// The aux kernels' block size (the template's THREADS).
+const THREADS: usize = 256;
+
+fn grid(x: usize, y: usize, z: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: (x as u32, y as u32, z as u32), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: 0 }
 }
 
 impl AuxKernel {
@@ -85,7 +88,8 @@ impl AuxKernel {
         args.arg(q).arg(kv_b).arg(q_lat).arg(&ni).arg(&heads).arg(&nope).arg(&rope).arg(&v).arg(&latent);
         // SAFETY: the variant's absorb entry, signature (q, kv_b, q_lat, n, heads, nope, rope, v,
         // latent); every buffer holds what the shape indexes (checked above), nope fits its shared rows.
-        unsafe { args.launch(grid(s.heads, n.div_ceil(self.variant.rows as usize))) }?;
+        // Blocks also split the latent columns, one a thread (the template's ABSORB_COLS).
+        unsafe { args.launch(grid(s.heads, n.div_ceil(self.variant.rows as usize), s.latent.div_ceil(THREADS))) }?;
         Ok(())
     }
 
@@ -115,7 +119,8 @@ impl AuxKernel {
         args.arg(o_lat).arg(kv_b).arg(o).arg(&ni).arg(&heads).arg(&nope).arg(&v).arg(&latent);
         // SAFETY: the variant's unabsorb entry, signature (o_lat, kv_b, o, n, heads, nope, v, latent);
         // buffers checked above; latent <= MAX_LATENT fits its shared rows.
-        unsafe { args.launch(grid(s.heads, n.div_ceil(self.variant.rows as usize))) }?;
+        // Blocks also split the values, one a warp (the template's UNABSORB_VALUES).
+        unsafe { args.launch(grid(s.heads, n.div_ceil(self.variant.rows as usize), s.v.div_ceil(THREADS / 32))) }?;
         Ok(())
     }
 
@@ -152,7 +157,7 @@ impl AuxKernel {
         args.arg(&page_shift);
         // SAFETY: the variant's append entry, signature (latent, k_pe, table, past, n, latent, rope,
         // layer, page_shift); the inputs are checked above, the pages are the caller's (PagedCache).
-        unsafe { args.launch(grid(n, 1)) }?;
+        unsafe { args.launch(grid(n, 1, 1)) }?;
         Ok(())
     }
 
@@ -181,7 +186,7 @@ impl AuxKernel {
         args.arg(idx).arg(&cache.table).arg(out).arg(&ki).arg(&width).arg(&layer).arg(&page_shift);
         // SAFETY: the variant's gather entry, signature (idx, table, out, k, width, layer,
         // page_shift); out holds k entries (checked above); idx's entries are the caller's contract.
-        unsafe { args.launch(grid(k, 1)) }?;
+        unsafe { args.launch(grid(k, 1, 1)) }?;
         Ok(())
     }
 }
