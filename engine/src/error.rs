@@ -16,8 +16,18 @@ pub enum EngineError {
     #[error("{file}: tensor {tensor} has dtype {dtype}, which the engine cannot load")]
     UnsupportedDtype { file: String, tensor: String, dtype: String },
 
-    #[error("{file}: unknown model_type `{model_type}`: expected deepseek_v3 or kimi_k2")]
+    #[error(
+        "{file}: unknown model_type `{model_type}`: expected deepseek_v3 or kimi_k2 (a text model), or kimi_k25 (Kimi \
+         K2.5/K2.6, a multimodal checkpoint whose text model the engine runs)"
+    )]
     UnknownModelType { file: String, model_type: String },
+
+    #[error(
+        "{file}: FP8 weights (`quant_method: fp8`, e4m3 with block scales, as DeepSeek-V3/R1 and Kimi-K2-Instruct \
+         ship them) are not supported yet: use a bf16 checkpoint or a compressed-tensors INT4 one (Kimi K2-Thinking, \
+         K2.5, K2.6)"
+    )]
+    Fp8Weights { file: String },
 
     #[error("{file}: unknown quantization format `{format}`: {expected}")]
     UnknownQuantization { file: String, format: String, expected: &'static str },

@@ -55,6 +55,21 @@ fn max_new_beyond_the_context_is_refused_before_any_work() {
 }
 
 #[test]
+fn make_tiny_writes_a_kimi_k25_layout_that_generate_runs_saying_what_it_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("k25");
+    let made = Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args(["make-tiny", "--int4", "--layout", "kimi-k25", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let output = generate(&out, &["--max-new", "4"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_says(&stderr, &["skipped 5 tensors", "outside the text model (vision tower, projector): not read"]);
+}
+
+#[test]
 fn max_new_zero_is_refused_and_rates_are_never_absurd() {
     let model = tiny();
     assert_says(&refused(model.path(), &["--max-new", "0"]), &["--max-new", "at least 1"]);

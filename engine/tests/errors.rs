@@ -87,12 +87,23 @@ fn an_unknown_model_type_names_config_json() {
 #[test]
 fn an_unknown_quantization_format_is_refused() {
     let dir = tiny(&TinySpec::default());
-    edit_config(dir.path(), |c| c["quantization_config"] = serde_json::json!({"quant_method": "fp8", "fmt": "e4m3"}));
+    edit_config(dir.path(), |c| c["quantization_config"] = serde_json::json!({"quant_method": "awq", "bits": 4}));
     let e = load_err(dir.path());
     assert!(
-        matches!(&e, EngineError::UnknownQuantization { file, format, .. } if file.ends_with("config.json") && format.contains("fp8")),
+        matches!(&e, EngineError::UnknownQuantization { file, format, .. } if file.ends_with("config.json") && format.contains("awq")),
         "{e}"
     );
+}
+
+#[test]
+fn an_fp8_checkpoint_is_refused_as_not_supported_yet() {
+    let dir = tiny(&TinySpec::default());
+    edit_config(dir.path(), |c| {
+        c["quantization_config"] =
+            serde_json::json!({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]})
+    });
+    let e = load_err(dir.path());
+    assert!(matches!(&e, EngineError::Fp8Weights { file } if file.ends_with("config.json")), "{e}");
 }
 
 #[test]

@@ -127,3 +127,28 @@ fn a_9000_token_prompt_prefills_in_chunks_with_the_same_bits_for_any_chunk_size(
     assert_eq!((first, next), run(1000));
     assert!(model.set_prefill_chunk(0).is_err());
 }
+
+/// A Kimi K2.5-layout checkpoint (multimodal config, `language_model.` tensors, a vision tower and
+/// projector) made by the engine's own generator loads its text model, skips the rest unread, and
+/// decodes as the causal-LM layout of the same weights does, INT4 experts and all.
+#[test]
+fn a_kimi_k25_layout_loads_its_text_model_and_decodes_as_the_causal_lm() {
+    use kdtree_engine::model::Layout;
+    let text = TinySpec { int4_experts: true, seed: 3, ..TinySpec::default() };
+    let (dir, k25) = load(&TinySpec { layout: Layout::KimiK25, ..text.clone() });
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["model_type"], "kimi_k25");
+    assert!(config["text_config"]["hidden_size"].is_number() && config["quantization_config"].is_object());
+    assert_eq!(k25.config.layout, Layout::KimiK25);
+    let index = std::fs::read_to_string(dir.path().join("model.safetensors.index.json")).unwrap();
+    assert!(index.contains("\"language_model.model.layers.1.mlp.experts.0.up_proj.weight_packed\""));
+    assert!(index.contains("\"language_model.lm_head.weight\"") && index.contains("\"vision_tower."));
+    let skipped = k25.skipped();
+    assert_eq!(skipped.tensors, 5);
+    assert!(skipped.bytes > 0 && skipped.to_string().contains("vision tower"), "{skipped}");
+    let (_text_dir, causal) = load(&text);
+    assert_eq!(causal.skipped().tensors, 0);
+    assert_eq!(k25.weight_bytes(), causal.weight_bytes());
+    assert_eq!(greedy_generate(&k25, &PROMPT, 8, None).unwrap(), greedy_generate(&causal, &PROMPT, 8, None).unwrap());
+}

@@ -86,15 +86,17 @@ pub struct BackendArgs {
 
 impl BackendArgs {
     /// Applies the model options (--kv-dtype, --prefill-chunk) to a loaded model, and describes its
-    /// KV cache in one line for people.
+    /// KV cache in one line for people (after a line of the tensors the load skipped, if any).
     pub fn configure<B: Backend>(&self, model: &mut Model<B>) -> anyhow::Result<String> {
         if let Some(kv) = self.kv_dtype {
             model.set_kv_dtype(kv).context("--kv-dtype")?;
         }
         model.set_prefill_chunk(self.prefill_chunk)?;
         let h = model.heads();
+        let skipped = model.skipped();
+        let skipped = if skipped.tensors > 0 { format!("{skipped}\n") } else { String::new() };
         Ok(format!(
-            "KV cache: MLA latent in {}, {} bytes a token a layer, {} bytes a token over {} layers; prefill in chunks of {} tokens",
+            "{skipped}KV cache: MLA latent in {}, {} bytes a token a layer, {} bytes a token over {} layers; prefill in chunks of {} tokens",
             h.kv.name(),
             h.kv_bytes_per_token(1),
             h.kv_bytes_per_token(model.config.num_hidden_layers),

@@ -4,6 +4,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use kdtree_engine::model::Layout;
 use kdtree_engine::table::table;
 use kdtree_engine::tiny::{Sharding, Summary, TinySpec, write_model};
 
@@ -57,6 +58,10 @@ pub struct MakeModelArgs {
     /// max_position_embeddings, the size of the engine's rope tables (K2 says 131072).
     #[arg(long, default_value_t = 4096)]
     max_position: usize,
+    /// The checkpoint's layout: `causal-lm` (Kimi K2's) or `kimi-k25` (Kimi K2.5/K2.6's: model_type
+    /// kimi_k25, text_config, language_model.* tensors, a small stand-in vision tower and projector).
+    #[arg(long, value_enum, default_value_t = Layout::CausalLm)]
+    layout: Layout,
     /// Print the files and sizes without writing anything.
     #[arg(long)]
     dry_run: bool,
@@ -71,6 +76,7 @@ pub fn run(args: MakeModelArgs) -> anyhow::Result<()> {
         first_k_dense_replace: args.dense_layers,
         max_position_embeddings: args.max_position,
         sharding: Sharding::MaxBytes(args.shard_size),
+        layout: args.layout,
         ..TinySpec::k2_slice(args.layers, args.experts)
     };
     let planned = spec.summary().with_context(|| {

@@ -2,6 +2,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use kdtree_engine::model::Layout;
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 
 use super::emit;
@@ -24,6 +25,12 @@ pub struct MakeTinyArgs {
     /// Rotate half-split pairs (`rope_interleave: false`) instead of DeepSeek-V3's adjacent pairs.
     #[arg(long)]
     rope_half_split: bool,
+    /// The checkpoint's layout: `causal-lm` (DeepseekV3ForCausalLM, model.* tensors) or `kimi-k25`
+    /// (KimiK25ForConditionalGeneration: model_type kimi_k25, the text model's config under
+    /// text_config and its tensors under language_model., a small vision tower and projector beside
+    /// it). The text model's weights are the same in both.
+    #[arg(long, value_enum, default_value_t = Layout::CausalLm)]
+    layout: Layout,
     /// Seed of the random weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -36,6 +43,7 @@ pub fn run(args: MakeTinyArgs) -> anyhow::Result<()> {
         int4_experts: args.int4,
         q_lora_rank: if args.q_proj { None } else { defaults.q_lora_rank },
         rope_interleave: !args.rope_half_split,
+        layout: args.layout,
         ..defaults
     };
     write_tiny_model(&args.out, &spec).with_context(|| format!("writing {}", args.out.display()))?;

@@ -1,6 +1,7 @@
 //! The safetensors shards of a model folder, found through `model.safetensors.index.json` when
 //! there is one, otherwise every `*.safetensors` file of the folder. Each tensor is in one shard:
-//! the same name in two is refused, index or not.
+//! the same name in two is refused, index or not. Tensors are asked for by the text model's names
+//! ([`Layout`]): a multimodal checkpoint's others are counted from the headers and never read.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,6 +10,7 @@ use half::{bf16, f16};
 use kdtree_quant::{Dtype, QuantError, SafetensorsFile};
 use safetensors::Dtype as StDtype;
 
+use super::layout::{Layout, Skipped};
 use crate::error::{EngineError, Result};
 use crate::registry::{DenseValues, DenseWeight, HostLinear};
 
@@ -22,15 +24,19 @@ pub(crate) const MAX_INDEX_BYTES: u64 = 256 << 20;
 
 pub(crate) struct Checkpoint {
     files: Vec<SafetensorsFile>,
-    /// Tensor name -> index into `files`.
+    /// The text model's tensor name -> index into `files`.
     by_name: HashMap<String, usize>,
+    /// What the shards put before a text-model name.
+    prefix: &'static str,
+    skipped: Skipped,
 }
 
 /// Where the index says each tensor is, when there is an index.
 type WeightMap = HashMap<String, String>;
 
 impl Checkpoint {
-    pub fn open(dir: &Path) -> Result<Self> {
+    /// The shards of `dir`, whose text-model tensors are named as `layout` says.
+    pub fn open(dir: &Path, layout: Layout) -> Result<Self> {
         let index_path = dir.join("model.safetensors.index.json");
         let index: Option<WeightMap> = index_path.exists().then(|| read_index(&index_path)).transpose()?;
         let shard_names: Vec<String> = if let Some(map) = &index {
@@ -65,24 +71,36 @@ impl Checkpoint {
         }
         let mut files: Vec<SafetensorsFile> = Vec::new();
         let mut by_name: HashMap<String, usize> = HashMap::new();
-        let mut shard_of = HashMap::new();
-        for name in shard_names {
-            let path = super::shard_path::shard_path(dir, &name)?;
+        let mut skipped = Skipped::default();
+        // Every tensor of the shards, the text model's or not -> index into `files`.
+        let mut owner: HashMap<String, usize> = HashMap::new();
+        for name in &shard_names {
+            let path = super::shard_path::shard_path(dir, name)?;
             let file = SafetensorsFile::open(&path).map_err(|e| shard_error(e, &path))?;
             for tensor in file.names().map_err(|e| shard_error(e, file.path()))? {
                 // Two copies would leave which one loads to the order of the shards: refused.
-                if let Some(&first) = by_name.get(&tensor) {
+                if let Some(&first) = owner.get(&tensor) {
                     let first = files[first].path().display().to_string();
                     return Err(EngineError::DuplicateTensor { tensor, first, second: path.display().to_string() });
                 }
-                by_name.insert(tensor.clone(), files.len());
-                shard_of.insert(tensor, name.clone());
+                match layout.text_name(&tensor) {
+                    Some(text) => {
+                        by_name.insert(text.to_owned(), files.len());
+                    }
+                    None => {
+                        // The header's offsets give the size; the data stays unread.
+                        let t = file.tensor(&tensor).map_err(|e| shard_error(e, file.path()))?;
+                        skipped.tensors += 1;
+                        skipped.bytes += t.data().len() as u64;
+                    }
+                }
+                owner.insert(tensor, files.len());
             }
             files.push(file);
         }
         // An index that names the wrong shard for a tensor is a broken checkpoint, not a detail.
         for (tensor, shard) in index.iter().flatten() {
-            match shard_of.get(tensor) {
+            match owner.get(tensor).map(|&i| &shard_names[i]) {
                 Some(actual) if actual == shard => {}
                 found => {
                     return Err(EngineError::Config {
@@ -96,10 +114,20 @@ impl Checkpoint {
                 }
             }
         }
-        Ok(Self { files, by_name })
+        Ok(Self { files, by_name, prefix: layout.text_prefix(), skipped })
     }
 
-    /// Every tensor name of the checkpoint.
+    /// The tensors outside the text model, which loading skips.
+    pub fn skipped(&self) -> Skipped {
+        self.skipped
+    }
+
+    /// The shards' name of the text model's tensor `name`.
+    fn stored(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// Every text-model tensor name of the checkpoint.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.by_name.keys().map(String::as_str)
     }
@@ -111,7 +139,7 @@ impl Checkpoint {
     fn file(&self, name: &str) -> Result<&SafetensorsFile> {
         match self.by_name.get(name) {
             Some(&i) => Ok(&self.files[i]),
-            None => Err(EngineError::MissingTensor { tensor: name.into(), file: self.file_list() }),
+            None => Err(EngineError::MissingTensor { tensor: self.stored(name), file: self.file_list() }),
         }
     }
 
@@ -122,7 +150,7 @@ impl Checkpoint {
 
     /// Whether tensor `name` is stored in f32 (from its header; false when absent).
     pub fn is_f32(&self, name: &str) -> bool {
-        self.file(name).ok().and_then(|f| f.tensor(name).ok()).is_some_and(|t| t.dtype() == StDtype::F32)
+        self.file(name).ok().and_then(|f| f.tensor(&self.stored(name)).ok()).is_some_and(|t| t.dtype() == StDtype::F32)
     }
 
     /// A dense tensor of the given shape, bf16/f16/f32 on disk, converted to f32.
@@ -138,11 +166,12 @@ impl Checkpoint {
     fn values(&self, name: &str, shape: &[usize]) -> Result<DenseValues> {
         let file = self.file(name)?;
         let path = file.path().display().to_string();
+        let name = &self.stored(name);
         let t = file.tensor(name).map_err(|e| shard_error(e, file.path()))?;
         if t.shape() != shape {
             return Err(EngineError::ShapeMismatch {
                 file: path,
-                tensor: name.into(),
+                tensor: name.clone(),
                 expected: shape.to_vec(),
                 actual: t.shape().to_vec(),
             });
@@ -163,12 +192,12 @@ impl Checkpoint {
             other => {
                 return Err(EngineError::UnsupportedDtype {
                     file: path,
-                    tensor: name.into(),
+                    tensor: name.clone(),
                     dtype: format!("{other:?}"),
                 });
             }
         };
-        self.release(name);
+        file.release(name);
         Ok(values)
     }
 
@@ -176,7 +205,7 @@ impl Checkpoint {
     /// [`SafetensorsFile::release`]): loading then holds about one tensor of the map at a time.
     fn release(&self, name: &str) {
         if let Ok(file) = self.file(name) {
-            file.release(name);
+            file.release(&self.stored(name));
         }
     }
 
@@ -188,7 +217,7 @@ impl Checkpoint {
         let (Some(g), true) = (group_size, self.contains(&packed)) else { return Ok(None) };
         let header = |name: &str| {
             let file = self.file(name)?;
-            let t = file.tensor(name).map_err(|e| shard_error(e, file.path()))?;
+            let t = file.tensor(&self.stored(name)).map_err(|e| shard_error(e, file.path()))?;
             Ok::<_, EngineError>((file.path().display().to_string(), t.dtype(), t.shape().to_vec()))
         };
         let scale = format!("{module}.weight_scale");
@@ -215,7 +244,7 @@ impl Checkpoint {
         let dense = format!("{module}.weight");
         let mismatch = |tensor: String, stored, expected| {
             let file = self.file(&tensor).map(|f| f.path().display().to_string()).unwrap_or_default();
-            EngineError::QuantizationMismatch { file, tensor, stored, expected }
+            EngineError::QuantizationMismatch { file, tensor: self.stored(&tensor), stored, expected }
         };
         match (self.contains(&packed), group_size) {
             (true, Some(g)) => {
@@ -223,8 +252,8 @@ impl Checkpoint {
                 let tensor = |name: &str| {
                     let file = self
                         .file(name)
-                        .map_err(|_| QuantError::MissingTensor { tensor: name.into(), file: self.file_list() })?;
-                    file.tensor(name)
+                        .map_err(|_| QuantError::MissingTensor { tensor: self.stored(name), file: self.file_list() })?;
+                    file.tensor(&self.stored(name))
                 };
                 let file = self.file(&packed)?;
                 let q =

@@ -11,6 +11,7 @@ mod raw;
 use std::path::Path;
 
 use super::json::{err, read, read_capped, under};
+use super::layout::Layout;
 use super::quant_config::QuantConfig;
 use crate::error::{EngineError, Result};
 use crate::registry::{Heads, KvDtype};
@@ -28,7 +29,10 @@ pub struct Yarn {
 
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// The root's `model_type` (`kimi_k25` for a multimodal checkpoint).
     pub model_type: String,
+    /// Where the checkpoint keeps the text model's tensors.
+    pub layout: Layout,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub intermediate_size: usize,
@@ -74,29 +78,44 @@ impl Config {
         Self::parse(&file, &value)
     }
 
-    /// Parses a config; `file` names it in errors. Kimi K2.5 nests the text model under `text_config`
-    /// (keys in errors then start with `text_config.`), its `quantization_config` there or at the root.
+    /// Parses a config; `file` names it in errors. The root's `model_type` says the layout: a causal
+    /// LM's keys sit at the root; Kimi K2.5's (`kimi_k25`) under `text_config` (keys in errors then
+    /// start with `text_config.`), its `quantization_config` at the root or there.
     pub fn parse(file: &str, value: &serde_json::Value) -> Result<Self> {
         if !value.is_object() {
             return Err(err(file, "<root>", "is not a JSON object"));
         }
-        let nested = value.get("text_config").filter(|t| !t.is_null());
-        let section = if nested.is_some() { "text_config" } else { "" };
-        let mut config = Self::parse_text(file, nested.unwrap_or(value)).map_err(|e| under(section, e))?;
+        let kind: raw::Kind = read(file, "", value)?;
+        let model_type = kind.model_type.unwrap_or_default();
+        let layout = match model_type.as_str() {
+            "deepseek_v3" | "kimi_k2" => Layout::CausalLm,
+            "kimi_k25" => Layout::KimiK25,
+            _ => return Err(EngineError::UnknownModelType { file: file.into(), model_type }),
+        };
+        if layout == Layout::CausalLm {
+            return Self::parse_text(file, value, model_type, layout);
+        }
+        let text = value.get("text_config").filter(|t| !t.is_null()).ok_or_else(|| {
+            err(file, "text_config", "is required: a kimi_k25 config holds its text model's config there")
+        })?;
+        let text_kind: raw::Kind = read(file, "text_config", text)?;
+        // transformers' KimiK25Config fills an absent text model type with DeepSeek-V3's.
+        if let Some(other) = text_kind.model_type.filter(|t| !["deepseek_v3", "kimi_k2"].contains(&t.as_str())) {
+            let reason = format!("`{other}` is not a DeepSeek-V3 text model (deepseek_v3 or kimi_k2)");
+            return Err(err(file, "text_config.model_type", reason));
+        }
+        let mut config = Self::parse_text(file, text, model_type, layout).map_err(|e| under("text_config", e))?;
         let root_quant = value.get("quantization_config").filter(|q| !q.is_null());
-        if let (Some(q), None, Some(_)) = (root_quant, &config.quantization, nested) {
+        if let (Some(q), None) = (root_quant, &config.quantization) {
             config.quantization = Some(QuantConfig::parse(file, q)?);
         }
         Ok(config)
     }
 
-    /// The text model's config object `c`; errors name keys relative to it.
-    fn parse_text(file: &str, c: &serde_json::Value) -> Result<Self> {
+    /// The text model's config object `c`, of a checkpoint of `model_type` and `layout`; errors name
+    /// keys relative to `c`.
+    fn parse_text(file: &str, c: &serde_json::Value, model_type: String, layout: Layout) -> Result<Self> {
         let kind: raw::Kind = read(file, "", c)?;
-        let model_type = kind.model_type.unwrap_or_default();
-        if !["deepseek_v3", "kimi_k2"].contains(&model_type.as_str()) {
-            return Err(EngineError::UnknownModelType { file: file.into(), model_type });
-        }
         let scoring = kind.scoring_func.as_deref().unwrap_or("sigmoid");
         let topk_method = kind.topk_method.as_deref().unwrap_or("noaux_tc");
         if scoring != "sigmoid" || topk_method != "noaux_tc" {
@@ -109,6 +128,7 @@ impl Config {
         let required = |value: Option<usize>, key: &str| value.ok_or_else(|| err(file, key, "is required"));
         let config = Self {
             model_type,
+            layout,
             vocab_size: required(r.vocab_size, "vocab_size")?,
             hidden_size: required(r.hidden_size, "hidden_size")?,
             intermediate_size: required(r.intermediate_size, "intermediate_size")?,
@@ -166,9 +186,12 @@ impl Config {
         }
     }
 
-    /// The group size of the linear module `module` if the quantization config makes it INT4.
+    /// The group size of the linear module `module` (the text model's name) if the quantization
+    /// config makes it INT4. A multimodal checkpoint's ignore list may name a module either way
+    /// (`lm_head` or `language_model.lm_head`): ignored under either name, it stays dense.
     pub fn quant_group(&self, module: &str) -> Option<usize> {
-        self.quantization.as_ref().filter(|q| q.is_quantized(module)).map(|q| q.group_size)
+        let stored = format!("{}{module}", self.layout.text_prefix());
+        self.quantization.as_ref().filter(|q| q.is_quantized(module) && q.is_quantized(&stored)).map(|q| q.group_size)
     }
 }
 
@@ -279,9 +302,45 @@ mod tests {
         assert!(m.contains("`text_config.quantization_config.ignore[1]`"), "{m}");
         let mut q = q;
         q["ignore"] = json!(["lm_head"]);
-        let c = Config::parse("config.json", &json!({"text_config": base(), "quantization_config": q})).unwrap();
+        let c = Config::parse(
+            "config.json",
+            &json!({"model_type": "kimi_k25", "text_config": base(), "quantization_config": q}),
+        )
+        .unwrap();
+        assert_eq!(c.layout, Layout::KimiK25);
         assert_eq!(c.quant_group("model.layers.1.mlp.experts.0.up_proj"), Some(32));
         assert_eq!(c.quant_group("lm_head"), None);
+    }
+
+    #[test]
+    fn a_multimodal_ignore_list_may_name_modules_with_their_stored_prefix() {
+        let q = json!({"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["language_model.lm_head"],
+                       "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "group_size": 32}}}});
+        let c = Config::parse(
+            "config.json",
+            &json!({"model_type": "kimi_k25", "text_config": base(), "quantization_config": q}),
+        )
+        .unwrap();
+        assert_eq!(c.quant_group("lm_head"), None);
+        assert_eq!(c.quant_group("model.layers.1.mlp.experts.0.up_proj"), Some(32));
+    }
+
+    #[test]
+    fn a_multimodal_config_needs_a_deepseek_v3_text_config() {
+        let m = message(&json!({"model_type": "kimi_k25", "vision_config": {}}));
+        assert!(m.contains("`text_config`: is required"), "{m}");
+        let mut text = base();
+        text["model_type"] = json!("qwen2");
+        let m = message(&json!({"model_type": "kimi_k25", "text_config": text}));
+        assert!(m.contains("`text_config.model_type`: `qwen2` is not a DeepSeek-V3 text model"), "{m}");
+        // A text_config without a model type is DeepSeek-V3's, as transformers fills it.
+        let mut text = base();
+        text.as_object_mut().unwrap().remove("model_type");
+        let c = Config::parse("config.json", &json!({"model_type": "kimi_k25", "text_config": text})).unwrap();
+        assert_eq!((c.model_type.as_str(), c.layout), ("kimi_k25", Layout::KimiK25));
+        // Only kimi_k25 nests: another model type is refused, text_config or not.
+        let e = Config::parse("config.json", &json!({"model_type": "llava", "text_config": base()})).unwrap_err();
+        assert!(matches!(&e, EngineError::UnknownModelType { model_type, .. } if model_type == "llava"), "{e}");
     }
 
     #[test]

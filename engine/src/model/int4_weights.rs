@@ -28,7 +28,7 @@ pub struct Int4Weight {
 /// each MLP's gate and up projections as the one `[gate; up]` weight the loader stacks them into.
 pub fn int4_weights(dir: &Path) -> Result<Vec<Int4Weight>> {
     let config = Config::load(&dir.join("config.json"))?;
-    let ckpt = Checkpoint::open(dir)?;
+    let ckpt = Checkpoint::open(dir, config.layout)?;
     let loaded = |module: &str| {
         let layer = module.strip_prefix("model.layers.").and_then(|rest| rest.split('.').next()?.parse::<usize>().ok());
         module == "lm_head" || layer.is_some_and(|i| i < config.num_hidden_layers)

@@ -29,6 +29,7 @@ mod checkpoint;
 mod config;
 mod int4_weights;
 pub(crate) mod json;
+mod layout;
 mod mlp;
 mod moe;
 mod probe;
@@ -43,6 +44,7 @@ pub use cache::KvCache;
 pub(crate) use cache::check_compact;
 pub use config::{Config, Yarn};
 pub use int4_weights::{Int4Weight, int4_weights};
+pub use layout::{Layout, Skipped};
 pub use moe::{Routing, route};
 pub use quant_config::QuantConfig;
 pub use rotary::{softmax_scale, yarn_mscale};
@@ -104,6 +106,7 @@ pub struct Model<B: Backend = CpuBackend> {
     rope: Rope<B>,
     heads: Heads,
     bytes: WeightBytes,
+    skipped: Skipped,
 }
 
 impl<B: Backend> std::fmt::Debug for Model<B> {
@@ -144,7 +147,7 @@ impl<B: Backend> Model<B> {
     /// weight beyond the backend's copy.
     pub fn load_on(dir: &Path, backend: Arc<B>) -> Result<Model<B>> {
         let config = Config::load(&dir.join("config.json"))?;
-        let ckpt = Checkpoint::open(dir)?;
+        let ckpt = Checkpoint::open(dir, config.layout)?;
         config.check_checkpoint_layers(&dir.join("config.json").display().to_string(), ckpt.names())?;
         let (c, b) = (&config, &*backend);
         let (h, v) = (c.hidden_size, c.vocab_size);
@@ -193,6 +196,7 @@ impl<B: Backend> Model<B> {
             layers,
             lm_head,
             bytes,
+            skipped: ckpt.skipped(),
             config,
             backend,
         })
@@ -200,6 +204,12 @@ impl<B: Backend> Model<B> {
 
     pub fn backend(&self) -> &Arc<B> {
         &self.backend
+    }
+
+    /// The checkpoint's tensors outside the text model (a multimodal checkpoint's vision tower and
+    /// projector), which the load skipped unread.
+    pub fn skipped(&self) -> Skipped {
+        self.skipped
     }
 
     /// What the weights weigh, by who reads them.

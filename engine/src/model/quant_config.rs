@@ -91,6 +91,9 @@ impl QuantConfig {
             |format: String| EngineError::UnknownQuantization { file: file.into(), format, expected: EXPECTED };
         let m: raw::Method = read(file, SECTION, q)?;
         let (method, format) = (m.quant_method.unwrap_or_default(), m.format.unwrap_or_default());
+        if method == "fp8" {
+            return Err(EngineError::Fp8Weights { file: file.into() });
+        }
         if method != "compressed-tensors" || format != "pack-quantized" {
             return Err(unknown(format!("{method}/{format}")));
         }
@@ -170,8 +173,18 @@ mod tests {
 
     #[test]
     fn other_formats_are_named_in_the_error() {
-        let json = serde_json::json!({"quant_method": "fp8", "weight_block_size": [128, 128]});
+        let json = serde_json::json!({"quant_method": "gptq", "bits": 4});
         let e = QuantConfig::parse("config.json", &json).unwrap_err();
-        assert!(matches!(&e, EngineError::UnknownQuantization { format, .. } if format.contains("fp8")), "{e}");
+        assert!(matches!(&e, EngineError::UnknownQuantization { format, .. } if format.contains("gptq")), "{e}");
+    }
+
+    #[test]
+    fn deepseek_v3s_fp8_blocks_are_refused_as_not_supported_yet() {
+        // DeepSeek-V3's own quantization_config.
+        let json = serde_json::json!({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                      "weight_block_size": [128, 128]});
+        let e = QuantConfig::parse("config.json", &json).unwrap_err();
+        assert!(matches!(&e, EngineError::Fp8Weights { file } if file == "config.json"), "{e}");
+        assert!(e.to_string().contains("FP8 weights") && e.to_string().contains("not supported yet"), "{e}");
     }
 }

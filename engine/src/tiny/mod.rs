@@ -27,7 +27,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::{EngineError, Result};
-use crate::model::{Config, Yarn};
+use crate::model::{Config, Layout, Yarn};
 use plan::{GROUP, Unit};
 use shard::Shard;
 
@@ -61,6 +61,9 @@ pub struct TinySpec {
     pub rope_scaling: Option<Yarn>,
     /// DeepSeek-V3's adjacent-pair rotary layout; `false` writes `rope_interleave: false`.
     pub rope_interleave: bool,
+    /// The checkpoint's layout: a causal LM, or Kimi K2.5's multimodal one (the same text model under
+    /// `language_model.` and `text_config`, with a small vision tower and projector beside it).
+    pub layout: Layout,
     pub sharding: Sharding,
 }
 
@@ -108,6 +111,7 @@ impl Default for TinySpec {
                 mscale_all_dim: 1.0,
             }),
             rope_interleave: true,
+            layout: Layout::CausalLm,
             sharding: Sharding::Count(2),
         }
     }
@@ -154,6 +158,7 @@ impl TinySpec {
                 mscale_all_dim: 1.0,
             }),
             rope_interleave: true,
+            layout: Layout::CausalLm,
             sharding: Sharding::MaxBytes(DEFAULT_SHARD_BYTES),
         }
     }
@@ -203,18 +208,39 @@ impl TinySpec {
                 "beta_fast": y.beta_fast, "beta_slow": y.beta_slow, "mscale": y.mscale, "mscale_all_dim": y.mscale_all_dim,
             });
         }
-        if self.int4_experts {
-            // Kimi K2's own quantization_config.
-            c["quantization_config"] = json!({
+        let quantization = self.int4_experts.then(|| {
+            // Kimi K2's own quantization_config (K2.5 and K2.6 ship the same, at the root).
+            json!({
                 "quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
                 "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": null, "output_activations": null,
                     "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": GROUP,
                                 "dynamic": false, "actorder": null, "observer": "minmax"}}},
                 "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
                 "kv_cache_scheme": null,
-            });
+            })
+        });
+        match self.layout {
+            Layout::CausalLm => {
+                if let Some(q) = quantization {
+                    c["quantization_config"] = q;
+                }
+                c
+            }
+            Layout::KimiK25 => {
+                c["model_type"] = json!("deepseek_v3");
+                let mut root = json!({
+                    "architectures": ["KimiK25ForConditionalGeneration"],
+                    "model_type": "kimi_k25",
+                    "text_config": c,
+                    "vision_config": plan::vision_config(),
+                    "tie_word_embeddings": false,
+                });
+                if let Some(q) = quantization {
+                    root["quantization_config"] = q;
+                }
+                root
+            }
         }
-        c
     }
 
     /// The most tensors a spec may make: five times an INT4 Kimi K2 (61 layers of 384 experts, about

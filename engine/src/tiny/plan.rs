@@ -5,6 +5,7 @@ use safetensors::Dtype as StDtype;
 
 use super::{Sharding, TinySpec};
 use crate::error::{EngineError, Result};
+use crate::model::Layout;
 
 /// The group size of the INT4 routed experts, as Kimi K2 ships them.
 pub(crate) const GROUP: usize = 32;
@@ -112,7 +113,40 @@ pub(crate) fn units(spec: &TinySpec) -> Vec<Unit> {
     }
     b.norm("model.norm.weight", h);
     b.linear("lm_head", spec.vocab_size, h, false);
+    let prefix = spec.layout.text_prefix();
+    for m in b.units.iter_mut().flat_map(|u| &mut u.tensors) {
+        m.name.insert_str(0, prefix);
+    }
+    // Drawn after the text model's, whose values are then those of the causal-LM layout.
+    if spec.layout == Layout::KimiK25 {
+        for (name, shape) in vision_tensors(h) {
+            b.bf16(name, &shape, 0.1);
+        }
+    }
     b.units
+}
+
+/// The stand-in vision tower and projector of a Kimi K2.5-layout checkpoint whose text model is
+/// `h` wide, by name and shape: small, named as K2.5's MoonViT tower and projector are, there to be
+/// skipped by the loader.
+fn vision_tensors(h: usize) -> [(&'static str, Vec<usize>); 5] {
+    let v = VISION_HIDDEN;
+    [
+        ("vision_tower.patch_embed.proj.weight", vec![v, 3 * 14 * 14]),
+        ("vision_tower.encoder.blocks.0.wqkv.weight", vec![3 * v, v]),
+        ("vision_tower.encoder.final_layernorm.weight", vec![v]),
+        ("mm_projector.proj.0.weight", vec![4 * v, 4 * v]),
+        ("mm_projector.proj.2.weight", vec![h, 4 * v]),
+    ]
+}
+
+/// The stand-in vision tower's width.
+const VISION_HIDDEN: usize = 32;
+
+/// The `vision_config` of a Kimi K2.5-layout checkpoint, describing [`vision_tensors`].
+pub(crate) fn vision_config() -> serde_json::Value {
+    serde_json::json!({"model_type": "moonvit", "hidden_size": VISION_HIDDEN, "num_hidden_layers": 1,
+                       "patch_size": 14, "merge_kernel_size": [2, 2]})
 }
 
 /// How many tensors [`units`] makes, counted without making them (`None` beyond `u64`), so that a
@@ -129,8 +163,9 @@ pub(crate) fn tensor_count(spec: &TinySpec) -> Option<u64> {
     let moe = (spec.n_routed_experts as u64).checked_mul(mlp(spec.int4_experts))?.checked_add(2 + shared)?;
     let per_layer = layers.checked_mul(attention)?;
     let feed_forward = moe_layers.checked_mul(moe)?.checked_add((layers - moe_layers).checked_mul(mlp(false))?)?;
-    // The embedding, the final norm and lm_head.
-    per_layer.checked_add(feed_forward)?.checked_add(3)
+    // The embedding, the final norm and lm_head, and a multimodal checkpoint's vision tensors.
+    let vision = if spec.layout == Layout::KimiK25 { vision_tensors(0).len() as u64 } else { 0 };
+    per_layer.checked_add(feed_forward)?.checked_add(3 + vision)
 }
 
 struct Builder {
@@ -230,6 +265,7 @@ mod tests {
             TinySpec { n_shared_experts: 0, first_k_dense_replace: 5, ..tiny.clone() },
             TinySpec { n_routed_experts: 0, ..tiny.clone() },
             TinySpec::k2_slice(4, 16),
+            TinySpec { layout: Layout::KimiK25, ..tiny.clone() },
         ] {
             let made: usize = units(&spec).iter().map(|u| u.tensors.len()).sum();
             assert_eq!(tensor_count(&spec), Some(made as u64), "{spec:?}");
