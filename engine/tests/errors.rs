@@ -279,3 +279,13 @@ fn a_tensor_in_two_shards_is_refused_naming_both_with_or_without_an_index() {
         assert!(m.contains(SHARD1) && m.contains(SHARD2), "{index}: {m}");
     }
 }
+
+#[test]
+fn shared_experts_the_config_says_are_absent_are_refused_not_ignored() {
+    let dir = tiny(&TinySpec::default());
+    edit_config(dir.path(), |c| c["n_shared_experts"] = 0.into());
+    let e = load_err(dir.path());
+    let m = e.to_string();
+    assert!(matches!(&e, EngineError::Config { key, .. } if key == "n_shared_experts"), "{m}");
+    assert!(m.contains("config.json") && m.contains("model.layers.1.mlp.shared_experts."), "{m}");
+}

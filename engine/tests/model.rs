@@ -128,6 +128,21 @@ fn a_9000_token_prompt_prefills_in_chunks_with_the_same_bits_for_any_chunk_size(
     assert!(model.set_prefill_chunk(0).is_err());
 }
 
+/// DeepSeek-V3's MoE without shared experts (`n_shared_experts: 0`) is the routed experts alone:
+/// it loads, and its tree-free forwards agree with token-by-token decoding.
+#[test]
+fn a_moe_without_shared_experts_loads_and_decodes() {
+    let (_dir, model) = load(&TinySpec { n_shared_experts: 0, ..TinySpec::default() });
+    assert_eq!(model.config.n_shared_experts, 0);
+    let mut cache = model.new_cache();
+    let positions: Vec<usize> = (0..PROMPT.len()).collect();
+    let prefill = model.forward(&mut cache, &PROMPT, &positions, None).unwrap();
+    assert_eq!(prefill, sequential(&model, &PROMPT));
+    let (_with_dir, with_shared) = load(&TinySpec::default());
+    let mut cache = with_shared.new_cache();
+    assert_ne!(prefill, with_shared.forward(&mut cache, &PROMPT, &positions, None).unwrap());
+}
+
 /// A Kimi K2.5-layout checkpoint (multimodal config, `language_model.` tensors, a vision tower and
 /// projector) made by the engine's own generator loads its text model, skips the rest unread, and
 /// decodes as the causal-LM layout of the same weights does, INT4 experts and all.

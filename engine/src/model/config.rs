@@ -143,7 +143,7 @@ impl Config {
             qk_rope_head_dim: r.qk_rope_head_dim.unwrap_or(64),
             v_head_dim: r.v_head_dim.unwrap_or(128),
             first_k_dense_replace: r.first_k_dense_replace.unwrap_or(3),
-            moe_layer_freq: r.moe_layer_freq.unwrap_or(1).max(1),
+            moe_layer_freq: r.moe_layer_freq.unwrap_or(1),
             n_routed_experts: r.n_routed_experts.unwrap_or(0),
             num_experts_per_tok: r.num_experts_per_tok.unwrap_or(8),
             n_shared_experts: r.n_shared_experts.unwrap_or(1),
@@ -216,7 +216,15 @@ fn rope(file: &str, c: &raw::Config) -> Result<(f64, Option<Yarn>)> {
 fn yarn(file: &str, section: &str, s: &raw::Rope) -> Result<Option<Yarn>> {
     let (kind_key, kind) = match (&s.rope_type, &s.kind) {
         (Some(kind), _) => ("rope_type", kind.as_str()),
-        (None, kind) => ("type", kind.as_deref().unwrap_or("default")),
+        (None, Some(kind)) => ("type", kind.as_str()),
+        // transformers standardises a typeless `rope_parameters` to the default rope, but fails on a
+        // typeless `rope_scaling` (`{}` included): what was meant is unknown.
+        (None, None) if section == "rope_scaling" => {
+            let reason = "names no `type` (or `rope_type`): give \"yarn\" with its parameters or \"default\", or leave \
+                          rope_scaling out (or null) for plain rope";
+            return Err(err(file, section, reason));
+        }
+        (None, None) => ("type", "default"),
     };
     match kind {
         "default" => Ok(None),
@@ -341,6 +349,26 @@ mod tests {
         // Only kimi_k25 nests: another model type is refused, text_config or not.
         let e = Config::parse("config.json", &json!({"model_type": "llava", "text_config": base()})).unwrap_err();
         assert!(matches!(&e, EngineError::UnknownModelType { model_type, .. } if model_type == "llava"), "{e}");
+    }
+
+    #[test]
+    fn a_typeless_rope_scaling_and_a_zero_moe_layer_freq_are_refused() {
+        let mut v = base();
+        v["rope_scaling"] = json!({});
+        assert!(message(&v).contains("`rope_scaling`: names no `type` (or `rope_type`)"), "{}", message(&v));
+        v["rope_scaling"] = json!({"factor": 4.0});
+        assert!(message(&v).contains("`rope_scaling`: names no `type`"), "{}", message(&v));
+        // null (or absent) is plain rope; a typeless rope_parameters is the default rope, as in transformers.
+        v["rope_scaling"] = json!(null);
+        assert_eq!(Config::parse("config.json", &v).unwrap().rope_scaling, None);
+        v["rope_parameters"] = json!({"rope_theta": 20000.0});
+        assert_eq!(Config::parse("config.json", &v).unwrap().rope_theta, 20000.0);
+        let mut v = base();
+        v["moe_layer_freq"] = json!(0);
+        assert!(message(&v).contains("`moe_layer_freq`: is 0, must be in 1..="), "{}", message(&v));
+        v["moe_layer_freq"] = json!(2);
+        let c = Config::parse("config.json", &v).unwrap();
+        assert!(!c.is_moe_layer(3) && c.is_moe_layer(4));
     }
 
     #[test]

@@ -69,6 +69,9 @@ mod raw {
     pub struct Group {
         pub targets: Option<Vec<String>>,
         pub weights: Option<Weights>,
+        /// A scheme here quantizes activations too (W4A8 and the like).
+        pub input_activations: Option<serde_json::Value>,
+        pub output_activations: Option<serde_json::Value>,
     }
 
     /// compressed-tensors' `QuantizationArgs`, the keys the engine reads.
@@ -80,6 +83,11 @@ mod raw {
         pub symmetric: Option<bool>,
         pub strategy: Option<String>,
         pub group_size: Option<usize>,
+        /// `group` (or `true`) reorders K by a per-column group index (`weight_g_idx`); `weight`
+        /// (`static`) only ordered the quantizer's passes and stores plain groups.
+        pub actorder: Option<serde_json::Value>,
+        /// `true` or `local`: scales computed at run time, not stored.
+        pub dynamic: Option<serde_json::Value>,
     }
 }
 
@@ -106,7 +114,17 @@ impl QuantConfig {
             if targets != ["Linear"] {
                 return Err(unknown(format!("{name} targets {targets:?} (only [\"Linear\"] is supported)")));
             }
+            for (scheme, value) in
+                [("input_activations", &group.input_activations), ("output_activations", &group.output_activations)]
+            {
+                if value.is_some() {
+                    let reason = "quantizes activations, which changes the numerics: the engine computes W4A16 (only \
+                                  weights quantized), so this key must be null";
+                    return Err(err(file, &format!("{key}.{scheme}"), reason));
+                }
+            }
             let w = group.weights.ok_or_else(|| err(file, &key, "has no `weights` scheme"))?;
+            check_static_groups(file, &format!("{key}.weights"), &w)?;
             // Unstated arguments take compressed-tensors' `QuantizationArgs` defaults.
             let bits = w.num_bits.unwrap_or(8);
             let kind = w.kind.as_deref().unwrap_or("int");
@@ -136,6 +154,32 @@ impl QuantConfig {
     }
 }
 
+/// Refuses the weight arguments that change what the stored groups mean: activation ordering by
+/// group index, and scales computed at run time. `key` is the weights scheme's.
+fn check_static_groups(file: &str, key: &str, w: &raw::Weights) -> Result<()> {
+    use serde_json::Value::{Bool, Null, String};
+    match &w.actorder {
+        None | Some(Null | Bool(false)) => {}
+        Some(String(order)) if order == "weight" || order == "static" => {}
+        Some(other) => {
+            let reason = format!(
+                "is {other}: group activation ordering permutes K by a stored group index, which the engine's kernels \
+                 do not read (null, false and \"weight\" are supported)"
+            );
+            return Err(err(file, &format!("{key}.actorder"), reason));
+        }
+    }
+    match &w.dynamic {
+        None | Some(Null | Bool(false)) => Ok(()),
+        Some(other) => {
+            let reason = format!(
+                "is {other}: scales computed at run time change the numerics; the engine reads stored scales (false)"
+            );
+            Err(err(file, &format!("{key}.dynamic"), reason))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +199,50 @@ mod tests {
         assert!(!q.is_quantized("model.layers.0.mlp.down_proj"));
         assert!(!q.is_quantized("model.layers.1.self_attn.q_a_proj"));
         assert!(!q.is_quantized("lm_head"));
+    }
+
+    /// Kimi K2's scheme with `edit` applied to its group.
+    fn k2_with(edit: impl FnOnce(&mut Value)) -> Value {
+        let mut json = serde_json::json!({
+            "quant_method": "compressed-tensors", "format": "pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": null, "output_activations": null,
+                "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 32,
+                            "dynamic": false, "actorder": null}}}
+        });
+        edit(&mut json["config_groups"]["group_0"]);
+        json
+    }
+
+    #[test]
+    fn activation_quantization_group_actorder_and_dynamic_scales_are_refused_naming_the_key() {
+        let key = "`quantization_config.config_groups.group_0";
+        for (edit, says) in [
+            (
+                serde_json::json!({"input_activations": {"num_bits": 8, "type": "int", "dynamic": true}}),
+                "input_activations`: quantizes activations",
+            ),
+            (serde_json::json!({"output_activations": {"num_bits": 8}}), "output_activations`: quantizes activations"),
+            (serde_json::json!({"weights": {"actorder": "group"}}), "weights.actorder`: is \"group\""),
+            (serde_json::json!({"weights": {"actorder": true}}), "weights.actorder`: is true"),
+            (serde_json::json!({"weights": {"dynamic": true}}), "weights.dynamic`: is true"),
+            (serde_json::json!({"weights": {"dynamic": "local"}}), "weights.dynamic`: is \"local\""),
+        ] {
+            let json = k2_with(|g| {
+                for (k, v) in edit.as_object().unwrap() {
+                    match v.as_object() {
+                        Some(fields) if k == "weights" => fields.iter().for_each(|(f, x)| g["weights"][f] = x.clone()),
+                        _ => g[k] = v.clone(),
+                    }
+                }
+            });
+            let m = QuantConfig::parse("config.json", &json).unwrap_err().to_string();
+            assert!(m.contains(&format!("{key}.{says}")), "{edit}: {m}");
+        }
+        // What only ordered the quantizer's passes stores plain groups.
+        for order in ["weight", "static"] {
+            let json = k2_with(|g| g["weights"]["actorder"] = order.into());
+            assert_eq!(QuantConfig::parse("config.json", &json).unwrap().group_size, 32);
+        }
     }
 
     #[test]

@@ -81,6 +81,30 @@ impl Config {
         Err(err(config_file, "num_hidden_layers", reason))
     }
 
+    /// Checks that a checkpoint holding the tensors `names` has no shared experts in the layers the
+    /// engine runs when the config's `n_shared_experts` is 0: left unread, they would silently drop
+    /// a term of every MoE layer's output. `config_file` names config.json in the error.
+    pub fn check_checkpoint_shared_experts<'a>(
+        &self,
+        config_file: &str,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<()> {
+        if self.n_shared_experts > 0 {
+            return Ok(());
+        }
+        // The first by name, so that the error is the same whatever the order of `names`.
+        let held = names.into_iter().filter(|name| {
+            let Some((layer, rest)) = name.strip_prefix("model.layers.").and_then(|n| n.split_once('.')) else {
+                return false;
+            };
+            rest.starts_with("mlp.shared_experts.") && layer.parse::<usize>().is_ok_and(|i| i < self.num_hidden_layers)
+        });
+        let held = held.min();
+        let Some(name) = held else { return Ok(()) };
+        let reason = format!("is 0, but the checkpoint holds {name}: the shared experts would be ignored");
+        Err(err(config_file, "n_shared_experts", reason))
+    }
+
     /// The value checks of everything but the rotary keys (which [`check_rope`] does as they are read).
     pub(super) fn check(&self, file: &str) -> Result<()> {
         let mut dims = vec![
