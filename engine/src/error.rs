@@ -38,6 +38,12 @@ pub enum EngineError {
     #[error("{file}: tensor {tensor} is stored {stored}, but the quantization config says it is {expected}")]
     QuantizationMismatch { file: String, tensor: String, stored: &'static str, expected: &'static str },
 
+    #[error("{file}: tokenizer: {reason}")]
+    Tokenizer { file: String, reason: String },
+
+    #[error("{file}: chat template: {reason}")]
+    ChatTemplate { file: String, reason: String },
+
     #[error("{file}: `{key}`: {reason}")]
     Config { file: String, key: String, reason: String },
 

@@ -33,14 +33,9 @@ pub fn rate(tokens: usize, seconds: f64) -> f64 {
     if tokens == 0 || seconds <= 0.0 { 0.0 } else { tokens as f64 / seconds }
 }
 
-/// Up to `max_new` argmax tokens after `prompt`, stopping after `stop` (which is included).
-/// The prompt is prefilled in chunks ([`Model::prefill`]).
-pub fn greedy_generate<B: Backend>(
-    model: &Model<B>,
-    prompt: &[u32],
-    max_new: usize,
-    stop: Option<u32>,
-) -> Result<Vec<u32>> {
+/// Up to `max_new` argmax tokens after `prompt`, stopping after any of the ids `stop` (which is
+/// included). The prompt is prefilled in chunks ([`Model::prefill`]).
+pub fn greedy_generate<B: Backend>(model: &Model<B>, prompt: &[u32], max_new: usize, stop: &[u32]) -> Result<Vec<u32>> {
     Ok(greedy_generate_timed(model, prompt, max_new, stop)?.tokens)
 }
 
@@ -49,7 +44,19 @@ pub fn greedy_generate_timed<B: Backend>(
     model: &Model<B>,
     prompt: &[u32],
     max_new: usize,
-    stop: Option<u32>,
+    stop: &[u32],
+) -> Result<Generation> {
+    greedy_generate_streamed(model, prompt, max_new, |token| Ok(stop.contains(&token)))
+}
+
+/// [`greedy_generate_timed`], handing each token to `on_token` as soon as it is decoded (to print
+/// its text, to look for a stop string): generation stops after a token for which it returns true,
+/// and fails with its error.
+pub fn greedy_generate_streamed<B: Backend>(
+    model: &Model<B>,
+    prompt: &[u32],
+    max_new: usize,
+    mut on_token: impl FnMut(u32) -> Result<bool>,
 ) -> Result<Generation> {
     if prompt.is_empty() {
         return Err(EngineError::InvalidArgument("greedy_generate: the prompt is empty".into()));
@@ -65,7 +72,7 @@ pub fn greedy_generate_timed<B: Backend>(
     let prefill = start.elapsed();
     loop {
         tokens.push(next);
-        if tokens.len() == max_new || stop == Some(next) {
+        if on_token(next)? || tokens.len() == max_new {
             break;
         }
         let position = cache.len();

@@ -12,6 +12,7 @@
 //! | visibility among new tokens (tree attention) | [`TreeMask`] |
 //! | the model, its config and KV cache | [`Model`], [`Config`], [`KvCache`] |
 //! | greedy decoding | [`greedy_generate`] ([`generate`]) |
+//! | tokenizers (`tokenizer.json`, Kimi's `tiktoken.model`), chat templates, text streamed as decoded | [`text`] |
 //! | tensor/expert/vocabulary parallelism simulated over CPU ranks, bitwise equal to one rank | [`sharded::ShardedCpu`] |
 //! | DDTree speculative decoding: drafters, the draft tree, verification, the decode loop | [`spec`] |
 //! | tiny random checkpoints for tests and demos, and Kimi K2-shaped ones for benchmarks | [`tiny`] |
@@ -27,7 +28,7 @@
 //! let dir = tempfile::tempdir()?;
 //! write_tiny_model(dir.path(), &TinySpec { int4_experts: true, ..TinySpec::default() })?;
 //! let model = Model::load(dir.path())?;
-//! let tokens = greedy_generate(&model, &[1, 2, 3], 8, None)?;
+//! let tokens = greedy_generate(&model, &[1, 2, 3], 8, &[])?;
 //! assert_eq!(tokens.len(), 8);
 //!
 //! // A tree forward: after the prompt, node 0 with children 1 and 2, each at its depth's position.
@@ -53,9 +54,10 @@ pub mod registry;
 pub mod sharded;
 pub mod spec;
 pub mod table;
+pub mod text;
 pub mod tiny;
 
 pub use error::{EngineError, Result};
-pub use generate::{Generation, greedy_generate, greedy_generate_timed};
+pub use generate::{Generation, greedy_generate, greedy_generate_streamed, greedy_generate_timed};
 pub use mask::TreeMask;
 pub use model::{Config, KvCache, Model, WeightBytes};

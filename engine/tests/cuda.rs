@@ -189,8 +189,8 @@ fn cuda_greedy_tokens_equal_the_cpu_backends_on_the_tiny_models() {
     for spec in &specs {
         let f = fixture_of(spec);
         let prompt = [5u32, 6, 7, 8, 9, 5, 6, 7];
-        let cpu = greedy_generate(&f.cpu, &prompt, 16, None).unwrap();
-        let gpu = greedy_generate(&f.cuda, &prompt, 16, None).unwrap();
+        let cpu = greedy_generate(&f.cpu, &prompt, 16, &[]).unwrap();
+        let gpu = greedy_generate(&f.cuda, &prompt, 16, &[]).unwrap();
         println!("seed {}: cpu {cpu:?}\n        gpu {gpu:?}", spec.seed);
         let Some(k) = cpu.iter().zip(&gpu).position(|(c, g)| c != g) else {
             assert_eq!(gpu, cpu, "seed {}", spec.seed);

@@ -38,7 +38,7 @@ fn argmax_checked_counts_what_the_cpu_counts() {
 
 /// The error of greedy decoding from the prompt 1, 2, 3 on `model`.
 fn greedy_error<B: Backend>(model: &Model<B>) -> EngineError {
-    greedy_generate(model, &[1, 2, 3], 4, None).expect_err("non-finite logits must be an error")
+    greedy_generate(model, &[1, 2, 3], 4, &[]).expect_err("non-finite logits must be an error")
 }
 
 fn cases() -> Vec<(TinySpec, &'static str, usize, f32)> {
@@ -87,6 +87,6 @@ fn ddtree_stops_on_the_same_error() {
     let model = on_gpu(dir.path());
     let mut drafter = LookupDrafter::new(2, model.config.vocab_size);
     let limits = TreeLimits { budget: 8, draft_len: 4 };
-    let e = ddtree_generate(&model, &mut drafter, &[1, 2, 3], 6, limits, None).expect_err("an error");
+    let e = ddtree_generate(&model, &mut drafter, &[1, 2, 3], 6, limits, &[]).expect_err("an error");
     assert_eq!(non_finite(&e).0, "layer 1 moe");
 }

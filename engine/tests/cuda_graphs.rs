@@ -68,8 +68,8 @@ fn graphed_greedy_decoding_survives_the_cache_growing() {
     // The cache starts at 256 entries: 300 tokens after a prompt of 8 grow it once, mid-decode, which
     // moves its layers and drops the graph recorded from them.
     let prompt = [5u32, 6, 7, 8, 9, 5, 6, 7];
-    let got = greedy_generate(&graphed, &prompt, 300, None).unwrap();
-    let want = greedy_generate(&eager, &prompt, 300, None).unwrap();
+    let got = greedy_generate(&graphed, &prompt, 300, &[]).unwrap();
+    let want = greedy_generate(&eager, &prompt, 300, &[]).unwrap();
     assert_eq!(got, want);
 }
 
@@ -96,8 +96,8 @@ fn per_expert_moe_runs_op_by_op_with_graphs_asked_for() {
     let (graphed, _) = pair(dir.path());
     let per_expert = load(dir.path(), CudaOptions { moe: MoeKernels::PerExpert, ..gpu_common::options() });
     let prompt = [3u32, 1, 4, 1, 5];
-    let want = greedy_generate(&graphed, &prompt, 12, None).unwrap();
-    assert_eq!(greedy_generate(&per_expert, &prompt, 12, None).unwrap(), want);
+    let want = greedy_generate(&graphed, &prompt, 12, &[]).unwrap();
+    assert_eq!(greedy_generate(&per_expert, &prompt, 12, &[]).unwrap(), want);
     let mut cache = per_expert.new_cache();
     for position in 0..4 {
         per_expert.forward_argmax(&mut cache, &[7], &[position], None).unwrap();

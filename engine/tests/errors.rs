@@ -167,7 +167,7 @@ fn a_nan_in_an_embedding_row_is_an_error_naming_the_embedding() {
     // Row 2 (a prompt token), column 5; the hidden size is 64.
     poison(dir.path(), "model.embed_tokens.weight", 2 * 64 + 5, f32::NAN);
     let model = Model::load(dir.path()).unwrap();
-    let e = greedy_generate(&model, &[1, 2, 3], 4, None).unwrap_err();
+    let e = greedy_generate(&model, &[1, 2, 3], 4, &[]).unwrap_err();
     assert_eq!(non_finite(&e), ("embedding".into(), 1, 3 * 64));
     assert!(e.to_string().starts_with("embedding: 1 of 192 values are not finite"), "{e}");
     // The logits' forward checks too, and leaves the cache as it was; tokens that never read the row
@@ -183,12 +183,12 @@ fn a_nan_in_an_embedding_row_is_an_error_naming_the_embedding() {
 #[test]
 fn an_infinite_int4_scale_is_an_error_naming_the_moe_layer() {
     let dir = tiny(&int4_all_experts());
-    let clean = greedy_generate(&Model::load(dir.path()).unwrap(), &[1, 2, 3], 4, None).unwrap();
+    let clean = greedy_generate(&Model::load(dir.path()).unwrap(), &[1, 2, 3], 4, &[]).unwrap();
     // Output row 0 of expert 3's down_proj ([64, 32], one group of 32 per row): column 0 of every
     // token's routed sum in layer 1, the first MoE layer.
     poison(dir.path(), "model.layers.1.mlp.experts.3.down_proj.weight_scale", 0, f32::INFINITY);
     let model = Model::load(dir.path()).unwrap();
-    let e = greedy_generate(&model, &[1, 2, 3], 4, None).unwrap_err();
+    let e = greedy_generate(&model, &[1, 2, 3], 4, &[]).unwrap_err();
     assert_eq!(non_finite(&e), ("layer 1 moe".into(), 3, 3 * 64));
     assert!(e.to_string().starts_with("layer 1 moe: 3 of 192 values are not finite"), "{e}");
     assert_eq!(clean.len(), 4);
@@ -209,7 +209,7 @@ fn the_first_op_that_is_not_finite_is_named_wherever_it_is() {
         let dir = tiny(&TinySpec::default());
         poison(dir.path(), tensor, index, f32::NAN);
         let model = Model::load(dir.path()).unwrap();
-        let e = greedy_generate(&model, &[1, 2, 3], 2, None).unwrap_err();
+        let e = greedy_generate(&model, &[1, 2, 3], 2, &[]).unwrap_err();
         assert_eq!(non_finite(&e), (op.to_owned(), count, total), "{tensor}: {e}");
     }
 }

@@ -94,7 +94,7 @@ fn compacting_the_accepted_path_leaves_the_cache_of_the_path_alone() {
 fn greedy_generation_is_the_argmax_chain_and_stops_at_the_stop_token() {
     let (_dir, model) = load(&TinySpec { seed: 11, ..TinySpec::default() });
     let vocab = model.config.vocab_size;
-    let out = greedy_generate(&model, &PROMPT, 6, None).unwrap();
+    let out = greedy_generate(&model, &PROMPT, 6, &[]).unwrap();
     assert_eq!(out.len(), 6);
     let mut seq = PROMPT.to_vec();
     for &t in &out {
@@ -102,7 +102,7 @@ fn greedy_generation_is_the_argmax_chain_and_stops_at_the_stop_token() {
         assert_eq!(kdtree_engine::ops::cpu::argmax(&logits[(seq.len() - 1) * vocab..], vocab)[0], t);
         seq.push(t);
     }
-    let stopped = greedy_generate(&model, &PROMPT, 6, Some(out[2])).unwrap();
+    let stopped = greedy_generate(&model, &PROMPT, 6, &[out[2]]).unwrap();
     let first = out.iter().position(|&t| t == out[2]).unwrap();
     assert_eq!(stopped, out[..=first]);
 }
@@ -165,5 +165,5 @@ fn a_kimi_k25_layout_loads_its_text_model_and_decodes_as_the_causal_lm() {
     let (_text_dir, causal) = load(&text);
     assert_eq!(causal.skipped().tensors, 0);
     assert_eq!(k25.weight_bytes(), causal.weight_bytes());
-    assert_eq!(greedy_generate(&k25, &PROMPT, 8, None).unwrap(), greedy_generate(&causal, &PROMPT, 8, None).unwrap());
+    assert_eq!(greedy_generate(&k25, &PROMPT, 8, &[]).unwrap(), greedy_generate(&causal, &PROMPT, 8, &[]).unwrap());
 }

@@ -70,10 +70,10 @@ fn sharded_greedy_and_ddtree_equal_single_rank_greedy() {
             let (one, many) = models(int4, 3, ranks);
             let vocab = one.config.vocab_size;
             for prompt in [vec![5, 6, 7, 5, 6], vec![1, 2, 3, 1, 2, 3, 1]] {
-                let greedy = greedy_generate(&one, &prompt, 16, None).unwrap();
-                assert_eq!(greedy_generate(&many, &prompt, 16, None).unwrap(), greedy, "{ranks} ranks, int4 {int4}");
+                let greedy = greedy_generate(&one, &prompt, 16, &[]).unwrap();
+                assert_eq!(greedy_generate(&many, &prompt, 16, &[]).unwrap(), greedy, "{ranks} ranks, int4 {int4}");
                 let mut drafter = LookupDrafter::new(3, vocab);
-                let (tokens, _) = ddtree_generate(&many, &mut drafter, &prompt, 16, limits, None).unwrap();
+                let (tokens, _) = ddtree_generate(&many, &mut drafter, &prompt, 16, limits, &[]).unwrap();
                 assert_eq!(tokens, greedy, "DDTree on {ranks} ranks, int4 {int4}");
             }
         }

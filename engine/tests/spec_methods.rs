@@ -15,8 +15,8 @@ static MODELS: LazyLock<[Model; 2]> = LazyLock::new(|| [tiny_model(false, 11), t
 fn run(model: &Model, prompt: &[u32], max_new: usize, p: f64, method: &Method) -> Stats {
     let vocab = model.config.vocab_size;
     let mut oracle = NoisyOracle::new(greedy_text(model, prompt, max_new), p, 5, vocab).unwrap();
-    let (tokens, stats) = speculative_generate(model, &mut oracle, prompt, max_new, method, None).unwrap();
-    assert_eq!(tokens, greedy_generate(model, prompt, max_new, None).unwrap(), "{method:?} differs from greedy");
+    let (tokens, stats) = speculative_generate(model, &mut oracle, prompt, max_new, method, &[]).unwrap();
+    assert_eq!(tokens, greedy_generate(model, prompt, max_new, &[]).unwrap(), "{method:?} differs from greedy");
     assert_eq!(stats.target_forwards, stats.rounds() + 1);
     stats
 }
@@ -171,11 +171,11 @@ proptest! {
         slope in 0.0f64..200.0,
     ) {
         let model = &MODELS[int4 as usize];
-        let greedy = greedy_generate(model, &prompt, max_new, None).unwrap();
+        let greedy = greedy_generate(model, &prompt, max_new, &[]).unwrap();
         let aware = Method::CostAware { limits: TreeLimits { budget: 12, draft_len: len }, cost: cost([1, 2, 3, 5, 9, 17, 25].map(|t| (t, 100.0 + slope * (t - 1) as f64)).to_vec()) };
         for method in [Method::Chain { len }, aware] {
             let mut lookup = kdtree_engine::spec::LookupDrafter::new(3, model.config.vocab_size);
-            let (tokens, _) = speculative_generate(model, &mut lookup, &prompt, max_new, &method, None).unwrap();
+            let (tokens, _) = speculative_generate(model, &mut lookup, &prompt, max_new, &method, &[]).unwrap();
             prop_assert_eq!(&tokens, &greedy, "{:?}", method);
         }
     }

@@ -23,7 +23,7 @@ fn fuzz_config(spec: &TinySpec, strategy: impl Strategy<Value = (Vec<Edit>, Vec<
             std::fs::write(&path, &text).unwrap();
             // Ok or Err; a panic fails the case.
             if let Ok(model) = Config::load(&path).and_then(|_| Model::load(dir.path())) {
-                let _ = greedy_generate(&model, &[1, 2, 3], 3, None);
+                let _ = greedy_generate(&model, &[1, 2, 3], 3, &[]);
             }
             Ok(())
         })

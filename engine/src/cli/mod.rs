@@ -5,6 +5,7 @@ mod bench;
 mod generate;
 mod make_model;
 mod make_tiny;
+mod prompt;
 
 use std::io::Write;
 

@@ -157,7 +157,7 @@ impl SpecArgs {
         target: &Model<B>,
         prompt: &[u32],
         max_new: usize,
-        stop: Option<u32>,
+        stop: &[u32],
     ) -> Result<Comparison> {
         target.config.check_context(prompt.len(), max_new)?;
         self.check(&target.config, prompt.len(), max_new)?;

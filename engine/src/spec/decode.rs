@@ -160,7 +160,7 @@ fn mean(xs: &[usize]) -> f64 {
 }
 
 /// Greedy decoding of `target` sped up by draft trees: returns exactly what
-/// [`crate::greedy_generate`] returns for the same prompt, `max_new` and `stop`.
+/// [`crate::greedy_generate`] returns for the same prompt, `max_new` and `stop` ids.
 ///
 /// Each round the drafter proposes `draft_len` positions after the bonus token, the best `budget`
 /// prefixes form the tree, and one target forward verifies it; every round commits the accepted path
@@ -171,7 +171,7 @@ pub fn ddtree_generate<B: Backend>(
     prompt: &[u32],
     max_new: usize,
     limits: TreeLimits,
-    stop: Option<u32>,
+    stop: &[u32],
 ) -> Result<(Vec<u32>, Stats)> {
     speculative_generate(target, drafter, prompt, max_new, &Method::Tree(limits), stop)
 }
@@ -184,7 +184,7 @@ pub fn speculative_generate<B: Backend>(
     prompt: &[u32],
     max_new: usize,
     method: &Method,
-    stop: Option<u32>,
+    stop: &[u32],
 ) -> Result<(Vec<u32>, Stats)> {
     if prompt.is_empty() {
         return Err(EngineError::InvalidArgument("the prompt is empty".into()));
@@ -225,11 +225,11 @@ pub fn speculative_generate<B: Backend>(
 }
 
 /// Appends `tokens` to `out` as greedy decoding would emit them one by one; true once done (`max_new`
-/// reached, or `stop` emitted, which is kept as greedy decoding keeps it).
-fn push(out: &mut Vec<u32>, tokens: &[u32], max_new: usize, stop: Option<u32>) -> bool {
+/// reached, or one of `stop` emitted, which is kept as greedy decoding keeps it).
+fn push(out: &mut Vec<u32>, tokens: &[u32], max_new: usize, stop: &[u32]) -> bool {
     for &t in tokens {
         out.push(t);
-        if out.len() >= max_new || Some(t) == stop {
+        if out.len() >= max_new || stop.contains(&t) {
             return true;
         }
     }

@@ -24,7 +24,7 @@
 //! let target = Model::load("tiny-model".as_ref())?;
 //! let mut drafter = LookupDrafter::new(3, target.config.vocab_size);
 //! let limits = TreeLimits { budget: 32, draft_len: 8 };
-//! let (tokens, stats) = ddtree_generate(&target, &mut drafter, &[1, 2, 3, 1, 2], 64, limits, None)?;
+//! let (tokens, stats) = ddtree_generate(&target, &mut drafter, &[1, 2, 3, 1, 2], 64, limits, &[])?;
 //! println!("{tokens:?}: tau {:.2}, {:.2} target forwards per token", stats.tau(), stats.forwards_per_token());
 //! # Ok::<(), kdtree_engine::EngineError>(())
 //! ```

@@ -51,7 +51,7 @@ pub fn compare<B: Backend>(
     seed: u64,
     mut progress: impl FnMut(&SpecRow),
 ) -> Result<Vec<SpecRow>> {
-    let greedy = greedy_generate_timed(target, prompt, tokens, None)?;
+    let greedy = greedy_generate_timed(target, prompt, tokens, &[])?;
     let greedy_tps = greedy.decode_tokens_per_s();
     let row = SpecRow {
         method: "greedy".into(),
@@ -70,7 +70,7 @@ pub fn compare<B: Backend>(
     for &p in ps {
         for method in methods {
             let mut oracle = NoisyOracle::new(truth.clone(), p, seed, target.config.vocab_size)?;
-            let (out, stats) = speculative_generate(target, &mut oracle, prompt, tokens, method, None)?;
+            let (out, stats) = speculative_generate(target, &mut oracle, prompt, tokens, method, &[])?;
             let rounds_s = stats.elapsed.saturating_sub(stats.prefill_time).as_secs_f64();
             // The first token comes from the prefill, as in greedy decoding.
             let tps = rate(stats.generated.saturating_sub(1), rounds_s);

@@ -86,8 +86,9 @@ pub fn assert_exact<B: Backend>(
     limits: TreeLimits,
     stop: Option<u32>,
 ) -> Stats {
-    let greedy = greedy_generate(model, prompt, max_new, stop).unwrap();
-    let (tokens, stats) = ddtree_generate(model, drafter, prompt, max_new, limits, stop).unwrap();
+    let stop: Vec<u32> = stop.into_iter().collect();
+    let greedy = greedy_generate(model, prompt, max_new, &stop).unwrap();
+    let (tokens, stats) = ddtree_generate(model, drafter, prompt, max_new, limits, &stop).unwrap();
     assert_eq!(tokens, greedy, "DDTree output differs from greedy decoding ({limits:?})");
     assert_eq!(stats.generated, tokens.len());
     assert_eq!(stats.target_forwards, stats.rounds() + 1, "one forward per round, plus the prefill");
@@ -97,7 +98,7 @@ pub fn assert_exact<B: Backend>(
 /// The prompt followed by greedy decoding's first `max_new` tokens: what a scripted drafter reads.
 pub fn greedy_text<B: Backend>(model: &Model<B>, prompt: &[u32], max_new: usize) -> Vec<u32> {
     let mut text = prompt.to_vec();
-    text.extend(greedy_generate(model, prompt, max_new, None).unwrap());
+    text.extend(greedy_generate(model, prompt, max_new, &[]).unwrap());
     text
 }
 
