@@ -11,8 +11,8 @@ use kdtree_engine::generate::rate;
 use kdtree_engine::registry::Backend;
 use kdtree_engine::spec::SpecArgs;
 use kdtree_engine::table::table;
-use kdtree_engine::text::{StopText, Tokenizer};
-use kdtree_engine::{Config, EngineError, Generation, Model, greedy_generate_streamed};
+use kdtree_engine::text::{Stops, Tokenizer, generate_text};
+use kdtree_engine::{Config, EngineError, Generation, Model, greedy_generate_timed};
 
 use super::backend::{BackendArgs, variant_table};
 use super::emit;
@@ -154,10 +154,7 @@ fn run_on<B: Backend>(
             let g = stream_text(&model, prompt, tokenizer, &args.stop_text, args.max_new, &mut text)?;
             (g, Some(String::from_utf8(text)?))
         }
-        (None, _) => {
-            let stop = &prompt.stop_ids;
-            (greedy_generate_streamed(&model, &prompt.ids, args.max_new, |t| Ok(stop.contains(&t)))?, None)
-        }
+        (None, _) => (greedy_generate_timed(&model, &prompt.ids, args.max_new, &prompt.stop_ids)?, None),
     };
     let prefill_s = g.prefill.as_secs_f64();
     let decode_s = g.decode.as_secs_f64();
@@ -189,7 +186,7 @@ fn run_on<B: Backend>(
 }
 
 /// Greedy decoding of `prompt` whose answer's text is written to `out` as it is decoded (flushed a
-/// token at a time), ending at a stop id or where a stop string begins.
+/// token at a time).
 fn stream_text<B: Backend>(
     model: &Model<B>,
     prompt: &Prompt,
@@ -198,21 +195,12 @@ fn stream_text<B: Backend>(
     max_new: usize,
     out: &mut dyn Write,
 ) -> anyhow::Result<Generation> {
-    let mut stream = tokenizer.stream();
-    let mut stops = StopText::new(stop_text.iter().cloned());
-    let mut write = |text: &str| {
+    let stops = Stops { ids: prompt.stop_ids.clone(), texts: stop_text.to_vec() };
+    let (g, _) = generate_text(model, tokenizer, &prompt.ids, max_new, &stops, |text| {
         out.write_all(text.as_bytes())
             .and_then(|()| out.flush())
-            .map_err(|source| EngineError::Io { file: "stdout".into(), source })
-    };
-    let mut ended = false;
-    let g = greedy_generate_streamed(model, &prompt.ids, max_new, |token| {
-        let (shown, stopped) = stops.push(&stream.push(token)?);
-        write(&shown)?;
-        ended = stopped;
-        Ok(stopped || prompt.stop_ids.contains(&token))
+            .map_err(|source| EngineError::Io { file: "stdout".into(), source })?;
+        Ok(true)
     })?;
-    let rest = if ended { String::new() } else { stops.push(&stream.finish()).0 + &stops.finish() };
-    write(&rest)?;
     Ok(g)
 }

@@ -6,6 +6,7 @@ mod generate;
 mod make_model;
 mod make_tiny;
 mod prompt;
+mod serve;
 
 use std::io::Write;
 
@@ -32,6 +33,7 @@ enum Command {
     Bench(bench::BenchArgs),
     MakeModel(make_model::MakeModelArgs),
     MakeTiny(make_tiny::MakeTinyArgs),
+    Serve(serve::ServeArgs),
 }
 
 impl Cli {
@@ -41,6 +43,7 @@ impl Cli {
             Command::Bench(args) => bench::run(args),
             Command::MakeModel(args) => make_model::run(args),
             Command::MakeTiny(args) => make_tiny::run(args),
+            Command::Serve(args) => serve::run(args),
         }
     }
 }

@@ -27,6 +27,7 @@
 //! # Ok::<(), kdtree_engine::EngineError>(())
 //! ```
 
+mod answer;
 mod chat;
 mod stop;
 mod stream;
@@ -34,6 +35,7 @@ mod tiktoken;
 
 use std::path::Path;
 
+pub use answer::{Finish, Stops, generate_text};
 pub use chat::{ChatTemplate, Message};
 pub use stop::{StopText, eos_token_ids};
 pub use stream::TextStream;
