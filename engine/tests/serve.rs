@@ -179,3 +179,19 @@ fn a_full_queue_answers_503_and_a_client_that_leaves_frees_the_model() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// With --spec, answers come through speculative decoding: the same text as plain greedy decoding.
+#[test]
+fn a_speculative_server_answers_as_the_greedy_one() {
+    let request = json!({"prompt": "Hello, 世界", "max_tokens": 24, "ignore_eos": true}).to_string();
+    let (status, greedy) = post(&start(&[]), "/v1/completions", &request);
+    assert_eq!(status, 200, "{greedy}");
+    for spec in
+        [&["--spec", "ddtree", "--budget", "8", "--draft-len", "4"][..], &["--spec", "chain", "--drafter", "model"]]
+    {
+        let (status, answer) = post(&start(spec), "/v1/completions", &request);
+        assert_eq!(status, 200, "{spec:?}: {answer}");
+        assert_eq!(answer["choices"], greedy["choices"], "{spec:?}");
+        assert_eq!(answer["usage"], greedy["usage"], "{spec:?}");
+    }
+}

@@ -196,7 +196,7 @@ fn stream_text<B: Backend>(
     out: &mut dyn Write,
 ) -> anyhow::Result<Generation> {
     let stops = Stops { ids: prompt.stop_ids.clone(), texts: stop_text.to_vec() };
-    let (g, _) = generate_text(model, tokenizer, &prompt.ids, max_new, &stops, |text| {
+    let (g, _) = generate_text(model, tokenizer, &prompt.ids, max_new, &stops, None, |text| {
         out.write_all(text.as_bytes())
             .and_then(|()| out.flush())
             .map_err(|source| EngineError::Io { file: "stdout".into(), source })?;

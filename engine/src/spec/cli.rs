@@ -135,6 +135,34 @@ impl SpecArgs {
         }
     }
 
+    /// The `--draft-model`, on the target's backend (its INT4 weights uploaded too on CUDA); `None`
+    /// when the drafter uses the target itself.
+    pub fn load_draft_model<B: Backend>(&self, target: &Model<B>) -> Result<Option<Model<B>>> {
+        self.draft_model.as_deref().map(|dir| Model::load_on(dir, target.backend().clone())).transpose()
+    }
+
+    /// A fresh drafter of the kind `--drafter` names for `target`, drafting with `draft_model` (else
+    /// the target). The noisy oracle, which needs greedy decoding's output first, is refused.
+    pub fn drafter<'a, B: Backend>(
+        &self,
+        target: &'a Model<B>,
+        draft_model: Option<&'a Model<B>>,
+    ) -> Result<Box<dyn Drafter + 'a>> {
+        let vocab = target.config.vocab_size;
+        let draft_model = draft_model.unwrap_or(target);
+        Ok(match self.drafter {
+            DrafterKind::Model => Box::new(ModelDrafter::new(draft_model, vocab)?),
+            DrafterKind::Block => Box::new(BlockDrafter::new(draft_model, vocab, self.mask_token)?),
+            DrafterKind::Lookup => Box::new(LookupDrafter::new(self.ngram, vocab)),
+            DrafterKind::NoisyOracle => {
+                return Err(EngineError::InvalidArgument(
+                    "the noisy oracle is a benchmark device that replays greedy decoding's output, not a drafter"
+                        .into(),
+                ));
+            }
+        })
+    }
+
     /// The method the options name; `None` without `--spec`.
     pub fn method(&self) -> Result<Option<Method>> {
         let limits = TreeLimits { budget: self.budget, draft_len: self.draft_len };
@@ -176,15 +204,8 @@ impl SpecArgs {
             let (tokens, stats) = speculative_generate(target, &mut drafter, prompt, max_new, &method, stop)?;
             (tokens, stats, greedy)
         } else {
-            // The draft model runs on the target's backend (its INT4 weights uploaded too on CUDA).
-            let draft_model =
-                self.draft_model.as_deref().map(|dir| Model::load_on(dir, target.backend().clone())).transpose()?;
-            let draft_model = draft_model.as_ref().unwrap_or(target);
-            let mut drafter: Box<dyn Drafter + '_> = match self.drafter {
-                DrafterKind::Model => Box::new(ModelDrafter::new(draft_model, vocab)?),
-                DrafterKind::Block => Box::new(BlockDrafter::new(draft_model, vocab, self.mask_token)?),
-                DrafterKind::Lookup | DrafterKind::NoisyOracle => Box::new(LookupDrafter::new(self.ngram, vocab)),
-            };
+            let draft_model = self.load_draft_model(target)?;
+            let mut drafter = self.drafter(target, draft_model.as_ref())?;
             let (tokens, stats) = speculative_generate(target, drafter.as_mut(), prompt, max_new, &method, stop)?;
             (tokens, stats, timed_greedy()?)
         };

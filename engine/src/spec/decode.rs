@@ -186,6 +186,20 @@ pub fn speculative_generate<B: Backend>(
     method: &Method,
     stop: &[u32],
 ) -> Result<(Vec<u32>, Stats)> {
+    speculative_generate_streamed(target, drafter, prompt, max_new, method, |token| Ok(stop.contains(&token)))
+}
+
+/// [`speculative_generate`], handing each token to `on_token` in order as soon as its round has
+/// verified it (as [`crate::greedy_generate_streamed`] does): generation stops after a token for
+/// which it returns true, and fails with its error.
+pub fn speculative_generate_streamed<B: Backend>(
+    target: &Model<B>,
+    drafter: &mut dyn Drafter,
+    prompt: &[u32],
+    max_new: usize,
+    method: &Method,
+    mut on_token: impl FnMut(u32) -> Result<bool>,
+) -> Result<(Vec<u32>, Stats)> {
     if prompt.is_empty() {
         return Err(EngineError::InvalidArgument("the prompt is empty".into()));
     }
@@ -202,7 +216,7 @@ pub fn speculative_generate<B: Backend>(
     stats.target_forwards += prompt.len().div_ceil(target.prefill_chunk());
     stats.prefill_time = started.elapsed();
     let mut text = prompt.to_vec();
-    while !push(&mut out, &[bonus], max_new, stop) {
+    while !push(&mut out, &[bonus], max_new, &mut on_token)? {
         // No deeper than the tokens still wanted: the last of them can always come as a bonus.
         let draft_len = method.draft_len().min(max_new - out.len() - 1);
         let drafting = Instant::now();
@@ -215,7 +229,7 @@ pub fn speculative_generate<B: Backend>(
         stats.tree_sizes.push(tree.len());
         text.extend_from_slice(&verified.accepted);
         bonus = verified.bonus;
-        if push(&mut out, &verified.accepted[1..], max_new, stop) {
+        if push(&mut out, &verified.accepted[1..], max_new, &mut on_token)? {
             break;
         }
     }
@@ -224,14 +238,20 @@ pub fn speculative_generate<B: Backend>(
     Ok((out, stats))
 }
 
-/// Appends `tokens` to `out` as greedy decoding would emit them one by one; true once done (`max_new`
-/// reached, or one of `stop` emitted, which is kept as greedy decoding keeps it).
-fn push(out: &mut Vec<u32>, tokens: &[u32], max_new: usize, stop: &[u32]) -> bool {
+/// Appends `tokens` to `out` as greedy decoding would emit them one by one, each handed to
+/// `on_token`; true once done (`max_new` reached, or `on_token` said stop after a token, which is
+/// kept as greedy decoding keeps it).
+fn push(
+    out: &mut Vec<u32>,
+    tokens: &[u32],
+    max_new: usize,
+    on_token: &mut impl FnMut(u32) -> Result<bool>,
+) -> Result<bool> {
     for &t in tokens {
         out.push(t);
-        if out.len() >= max_new || stop.contains(&t) {
-            return true;
+        if on_token(t)? || out.len() >= max_new {
+            return Ok(true);
         }
     }
-    out.len() >= max_new
+    Ok(out.len() >= max_new)
 }

@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::generate::{Generation, greedy_generate_streamed};
 use crate::model::Model;
 use crate::registry::Backend;
+use crate::spec::{Drafter, Method, speculative_generate_streamed};
 
 /// Why an answer ended, as the OpenAI API's `finish_reason` says it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,15 +37,19 @@ pub struct Stops {
     pub texts: Vec<String>,
 }
 
-/// Up to `max_new` greedy tokens after `prompt`; `on_text` gets the answer's text piece by piece
-/// (whole characters, special tokens left out, never a stop string or its start) and returns false
-/// to cancel the rest.
+/// Speculative decoding's part of a request: its drafter and method.
+pub type Speculation<'a, 'd> = (&'a mut (dyn Drafter + 'd), &'a Method);
+
+/// Up to `max_new` greedy tokens after `prompt`, sped up by `speculation` if given (the same
+/// tokens); `on_text` gets the answer's text piece by piece (whole characters, special tokens left
+/// out, never a stop string or its start) and returns false to cancel the rest.
 pub fn generate_text<B: Backend>(
     model: &Model<B>,
     tokenizer: &Tokenizer,
     prompt: &[u32],
     max_new: usize,
     stops: &Stops,
+    speculation: Option<Speculation<'_, '_>>,
     mut on_text: impl FnMut(&str) -> Result<bool>,
 ) -> Result<(Generation, Finish)> {
     let mut stream = tokenizer.stream();
@@ -52,7 +57,7 @@ pub fn generate_text<B: Backend>(
     let mut finish = Finish::Length;
     // A stop string cut the text: what is held back after it is not part of the answer.
     let mut cut = false;
-    let g = greedy_generate_streamed(model, prompt, max_new, |token| {
+    let each = |token| {
         let (shown, stopped) = stop_text.push(&stream.push(token)?);
         if !shown.is_empty() && !on_text(&shown)? {
             finish = Finish::Cancelled;
@@ -63,7 +68,14 @@ pub fn generate_text<B: Backend>(
             finish = Finish::Stop;
         }
         Ok(finish == Finish::Stop)
-    })?;
+    };
+    let g = match speculation {
+        None => greedy_generate_streamed(model, prompt, max_new, each)?,
+        Some((drafter, method)) => {
+            let (tokens, stats) = speculative_generate_streamed(model, drafter, prompt, max_new, method, each)?;
+            Generation { tokens, prefill: stats.prefill_time, decode: stats.elapsed.saturating_sub(stats.prefill_time) }
+        }
+    };
     if !cut && finish != Finish::Cancelled {
         let (rest, _) = stop_text.push(&stream.finish());
         let rest = rest + &stop_text.finish();

@@ -35,7 +35,7 @@ mod tiktoken;
 
 use std::path::Path;
 
-pub use answer::{Finish, Stops, generate_text};
+pub use answer::{Finish, Speculation, Stops, generate_text};
 pub use chat::{ChatTemplate, Message};
 pub use stop::{StopText, eos_token_ids};
 pub use stream::TextStream;

@@ -22,6 +22,7 @@ use axum::routing::{get, post};
 use clap::Args;
 use kdtree_engine::cpu::CpuBackend;
 use kdtree_engine::registry::Backend;
+use kdtree_engine::spec::{DrafterKind, SpecArgs};
 use kdtree_engine::text::{ChatTemplate, Tokenizer, eos_token_ids};
 use kdtree_engine::{Config, Model};
 
@@ -42,6 +43,10 @@ use worker::Jobs;
 /// answered 503. A client that disconnects stops its generation, which frees its KV cache. Bad
 /// requests (malformed JSON, an unknown model, a prompt too long for the context) are answered
 /// with a 4xx JSON error.
+///
+/// With --spec, requests run through speculative decoding (the same tokens as greedy decoding,
+/// fewer target forwards), each with a fresh drafter; the comparison with plain greedy decoding
+/// that `generate --spec` adds is not run.
 ///
 /// Once listening, one line on stdout gives the address: `listening on http://HOST:PORT`.
 #[derive(Debug, Args)]
@@ -66,6 +71,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 256)]
     default_max_tokens: usize,
     #[command(flatten)]
+    spec: SpecArgs,
+    #[command(flatten)]
     backend: BackendArgs,
 }
 
@@ -85,6 +92,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(name) => name.clone(),
         None => dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned()),
     };
+    if args.spec.spec.is_some() && args.spec.drafter == DrafterKind::NoisyOracle {
+        anyhow::bail!(
+            "--drafter noisy-oracle replays greedy decoding's output for benchmarks: serve with lookup, model or block"
+        );
+    }
     let (queue, jobs) = worker::queue(args.max_queue);
     let state = Arc::new(AppState {
         name,
@@ -102,7 +114,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // says when it is loaded.
     let (ready, loaded) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let backend = match args.backend.open(&args.model, 1) {
+        let backend = match args.backend.open(&args.model, args.spec.largest_forward()) {
             Ok(backend) => backend,
             Err(e) => return drop(ready.send(Err(e))),
         };
@@ -130,7 +142,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Loads the model on `backend`, reports on `ready`, then runs the queued jobs until the server stops.
+/// Loads the model on `backend` (and the draft model and method of --spec), reports on `ready`,
+/// then runs the queued jobs until the server stops.
 fn load_and_serve<B: Backend>(
     args: &ServeArgs,
     backend: Arc<B>,
@@ -138,15 +151,24 @@ fn load_and_serve<B: Backend>(
     jobs: Jobs,
     ready: std::sync::mpsc::Sender<anyhow::Result<()>>,
 ) {
-    let loaded = Model::load_on(&args.model, backend)
-        .with_context(|| format!("loading {}", args.model.display()))
-        .and_then(|mut model| args.backend.configure(&mut model).map(|line| (model, line)));
+    let loaded = (|| {
+        let mut model =
+            Model::load_on(&args.model, backend).with_context(|| format!("loading {}", args.model.display()))?;
+        let line = args.backend.configure(&mut model)?;
+        let method = args.spec.method()?;
+        let draft_model = match method {
+            Some(_) => args.spec.load_draft_model(&model).context("loading --draft-model")?,
+            None => None,
+        };
+        anyhow::Ok((model, line, method, draft_model))
+    })();
     match loaded {
         Err(e) => drop(ready.send(Err(e))),
-        Ok((model, line)) => {
+        Ok((model, line, method, draft_model)) => {
             eprintln!("{line}");
             let _ = ready.send(Ok(()));
-            worker::serve_jobs(&model, tokenizer, jobs);
+            let spec = method.as_ref().map(|m| (&args.spec, m, draft_model.as_ref()));
+            worker::serve_jobs(&model, tokenizer, spec, jobs);
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 
 use kdtree_engine::Model;
 use kdtree_engine::registry::Backend;
+use kdtree_engine::spec::{Method, SpecArgs};
 use kdtree_engine::text::{Finish, Stops, Tokenizer, generate_text};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -62,14 +63,24 @@ pub struct Jobs {
     load: Arc<AtomicUsize>,
 }
 
-/// Runs the jobs of `jobs` on `model`, one at a time, until every sender is gone.
-pub fn serve_jobs<B: Backend>(model: &Model<B>, tokenizer: &Arc<Tokenizer>, jobs: Jobs) {
+/// Runs the jobs of `jobs` on `model`, one at a time, until every sender is gone; with `spec`,
+/// each through speculative decoding with a fresh drafter (the same tokens, fewer target forwards).
+pub fn serve_jobs<B: Backend>(
+    model: &Model<B>,
+    tokenizer: &Arc<Tokenizer>,
+    spec: Option<(&SpecArgs, &Method, Option<&Model<B>>)>,
+    jobs: Jobs,
+) {
     for job in jobs.rx {
         let events = &job.events;
-        let result = generate_text(model, tokenizer, &job.prompt, job.max_new, &job.stops, |text| {
-            // A closed channel: the client went away; stop generating for it.
-            Ok(events.send(Event::Text(text.to_owned())).is_ok())
-        });
+        let result = (|| {
+            let mut drafter = spec.map(|(args, _, draft_model)| args.drafter(model, draft_model)).transpose()?;
+            let speculation = drafter.as_deref_mut().zip(spec.map(|(_, method, _)| method));
+            generate_text(model, tokenizer, &job.prompt, job.max_new, &job.stops, speculation, |text| {
+                // A closed channel: the client went away; stop generating for it.
+                Ok(events.send(Event::Text(text.to_owned())).is_ok())
+            })
+        })();
         let _ = events.send(match result {
             Ok((g, finish)) => Event::Done { completion_tokens: g.tokens.len(), finish },
             Err(e) => Event::Failed(e.to_string()),
