@@ -235,6 +235,27 @@ fn a_full_stdout_is_an_error_naming_stdout() {
 }
 
 #[test]
+#[ignore = "needs a GPU"]
+fn bench_on_a_full_or_closed_stdout_fails_naming_it_or_ends_quietly() {
+    let model = tiny();
+    let model = model.path().to_str().unwrap();
+    for json in [&[][..], &["--json"]] {
+        let args: Vec<&str> = ["bench", "--model", model, "--max-t", "2", "--reps", "1", "--generate", "2"]
+            .into_iter()
+            .chain(json.iter().copied())
+            .collect();
+        let output = to_full_disk(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_says(&stderr, &["writing to stdout", "No space left on device"]);
+        let output = to_closed_pipe(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {:?}\n{stderr}", output.status);
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn a_closed_stdout_ends_quietly() {
     let model = tiny();
     let out = tempfile::tempdir().unwrap();
