@@ -45,6 +45,9 @@ pub enum EngineError {
     #[error("{file} is larger than {limit} bytes, more than {what} may be: not read")]
     FileTooLarge { file: String, what: &'static str, limit: u64 },
 
+    #[error("{path} exists and is not a folder: a model is written as a folder of config.json and safetensors shards")]
+    NotAFolder { path: String },
+
     #[error("{file}: {source}")]
     Io {
         file: String,
