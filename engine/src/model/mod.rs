@@ -145,7 +145,9 @@ impl<B: Backend> Model<B> {
     pub fn load_on(dir: &Path, backend: Arc<B>) -> Result<Model<B>> {
         let config = Config::load(&dir.join("config.json"))?;
         let ckpt = Checkpoint::open(dir)?;
-        config.check_checkpoint_layers(&dir.join("config.json").display().to_string(), ckpt.names())?;
+        let config_file = dir.join("config.json").display().to_string();
+        ckpt.check_float_dtypes(&config_file, config.torch_dtype.as_deref())?;
+        config.check_checkpoint_layers(&config_file, ckpt.names())?;
         let (c, b) = (&config, &*backend);
         let (h, v) = (c.hidden_size, c.vocab_size);
         let mut bytes = WeightBytes::default();
