@@ -144,6 +144,30 @@ fn a_grouped_variant_is_named_in_full_or_refused() {
 }
 
 #[test]
+fn the_noisy_oracles_options_with_another_drafter_are_refused_not_ignored() {
+    let model = tiny();
+    for (args, option, drafter) in [
+        (&["--spec", "ddtree", "--oracle-p", "0.9"][..], "--oracle-p", "lookup"),
+        (&["--spec", "chain", "--drafter", "model", "--oracle-seed", "3"], "--oracle-seed", "model"),
+    ] {
+        let stderr = refused(model.path(), args);
+        assert_says(&stderr, &[&format!("{option} sets the noisy oracle, and --drafter {drafter} does not read it")]);
+    }
+    let output = generate(model.path(), &["--spec", "ddtree", "--drafter", "noisy-oracle", "--oracle-p", "0.9"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
+fn a_config_json_with_a_byte_order_mark_is_read() {
+    let model = tiny();
+    let config = model.path().join("config.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("\u{feff}{text}")).unwrap();
+    let output = generate(model.path(), &["--max-new", "2"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
 fn bench_refuses_an_oracle_p_outside_zero_to_one_before_opening_a_gpu() {
     let model = tiny();
     let output = Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
