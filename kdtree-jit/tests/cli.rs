@@ -19,6 +19,7 @@ fn stdout(output: &Output) -> String {
 fn help_names_every_environment_variable() {
     let help = stdout(&kdtree_jit(&["--help"]));
     assert!(help.contains("KDTREE_NVRTC_DIR") && help.contains("KDTREE_CACHE_DIR"), "{help}");
+    assert!(help.contains("The cubin cache is created private (0700)"), "{help}");
     for command in ["list", "render", "compile", "tune", "bench"] {
         assert!(help.contains(command), "{help}");
     }

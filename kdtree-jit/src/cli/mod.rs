@@ -18,7 +18,9 @@ const ENVIRONMENT: &str = "\
 Environment:
   KDTREE_NVRTC_DIR   directory holding libnvrtc.so.13 (or a `pip install --target` root); same as --nvrtc
   KDTREE_CACHE_DIR   where compiled cubins are cached; same as --cache-dir
-Without --nvrtc, NVRTC is looked for in the workspace's target/nvrtc, then on the system loader path.";
+Without --nvrtc, NVRTC is looked for in the workspace's target/nvrtc, then on the system loader path.
+The cubin cache is created private (0700); one that is not the user's, or that group or others may
+write, is refused, since whoever writes it chooses the code the GPU runs.";
 
 /// Declared kernel variants (W4A16 GEMMs, MLA attention): list them, render them to CUDA, compile
 /// them with NVRTC; tune and benchmark the GEMMs.
