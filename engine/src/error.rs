@@ -13,6 +13,13 @@ pub enum EngineError {
     #[error("{file}: tensor {tensor} has shape {actual:?}, the config implies {expected:?}")]
     ShapeMismatch { file: String, tensor: String, expected: Vec<usize>, actual: Vec<usize> },
 
+    #[error(
+        "{file}: tensor {tensor} is {dtype}, but {expected} is expected ({why}): a checkpoint keeps its \
+         16-bit weights in one type (and its INT4 scales in one), and the bits of one type read as the other are \
+         other numbers"
+    )]
+    MixedFloatDtypes { file: String, tensor: String, dtype: String, expected: String, why: String },
+
     #[error("{file}: tensor {tensor} has dtype {dtype}, which the engine cannot load")]
     UnsupportedDtype { file: String, tensor: String, dtype: String },
 
@@ -60,6 +67,9 @@ pub enum EngineError {
 
     #[error("{file} is larger than {limit} bytes, more than {what} may be: not read")]
     FileTooLarge { file: String, what: &'static str, limit: u64 },
+
+    #[error("{path} exists and is not a folder: a model is written as a folder of config.json and safetensors shards")]
+    NotAFolder { path: String },
 
     #[error("{file}: {source}")]
     Io {

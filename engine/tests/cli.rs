@@ -159,6 +159,30 @@ fn a_grouped_variant_is_named_in_full_or_refused() {
 }
 
 #[test]
+fn the_noisy_oracles_options_with_another_drafter_are_refused_not_ignored() {
+    let model = tiny();
+    for (args, option, drafter) in [
+        (&["--spec", "ddtree", "--oracle-p", "0.9"][..], "--oracle-p", "lookup"),
+        (&["--spec", "chain", "--drafter", "model", "--oracle-seed", "3"], "--oracle-seed", "model"),
+    ] {
+        let stderr = refused(model.path(), args);
+        assert_says(&stderr, &[&format!("{option} sets the noisy oracle, and --drafter {drafter} does not read it")]);
+    }
+    let output = generate(model.path(), &["--spec", "ddtree", "--drafter", "noisy-oracle", "--oracle-p", "0.9"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
+fn a_config_json_with_a_byte_order_mark_is_read() {
+    let model = tiny();
+    let config = model.path().join("config.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("\u{feff}{text}")).unwrap();
+    let output = generate(model.path(), &["--max-new", "2"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
 fn bench_refuses_an_oracle_p_outside_zero_to_one_before_opening_a_gpu() {
     let model = tiny();
     let output = Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
@@ -246,6 +270,27 @@ fn a_full_stdout_is_an_error_naming_stdout() {
         assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert_says(&stderr, &["writing to stdout", "No space left on device"]);
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn bench_on_a_full_or_closed_stdout_fails_naming_it_or_ends_quietly() {
+    let model = tiny();
+    let model = model.path().to_str().unwrap();
+    for json in [&[][..], &["--json"]] {
+        let args: Vec<&str> = ["bench", "--model", model, "--max-t", "2", "--reps", "1", "--generate", "2"]
+            .into_iter()
+            .chain(json.iter().copied())
+            .collect();
+        let output = to_full_disk(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_says(&stderr, &["writing to stdout", "No space left on device"]);
+        let output = to_closed_pipe(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {:?}\n{stderr}", output.status);
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
     }
 }
 

@@ -289,3 +289,63 @@ fn shared_experts_the_config_says_are_absent_are_refused_not_ignored() {
     assert!(matches!(&e, EngineError::Config { key, .. } if key == "n_shared_experts"), "{m}");
     assert!(m.contains("config.json") && m.contains("model.layers.1.mlp.shared_experts."), "{m}");
 }
+
+/// Rewrites the headers of the shards so that the tensors `which` picks say `dtype` (of the same
+/// width): the bytes stay what they were.
+fn relabel(dir: &Path, which: impl Fn(&str) -> bool, dtype: safetensors::Dtype) {
+    for shard in ["model-00001-of-00002.safetensors", SHARD2] {
+        let path = dir.join(shard);
+        let file = SafetensorsFile::open(&path).unwrap();
+        let tensors: Vec<(String, Tensor)> = file
+            .names()
+            .unwrap()
+            .into_iter()
+            .map(|n| {
+                let t = file.tensor(&n).unwrap();
+                let dtype = if which(&n) { dtype } else { t.dtype() };
+                (n, Tensor { dtype, shape: t.shape().to_vec(), data: t.data().to_vec() })
+            })
+            .collect();
+        drop(file);
+        write_file(&path, &tensors).unwrap();
+    }
+}
+
+#[test]
+fn a_bf16_tensor_relabelled_f16_is_refused_naming_it_and_why() {
+    let dir = tiny(&TinySpec::default());
+    relabel(dir.path(), |n| n == "model.norm.weight", safetensors::Dtype::F16);
+    let e = load_err(dir.path());
+    let message = e.to_string();
+    assert!(
+        matches!(&e, EngineError::MixedFloatDtypes { file, tensor, dtype, expected, .. }
+            if file.ends_with(SHARD2) && tensor == "model.norm.weight" && dtype == "F16" && expected == "BF16"),
+        "{message}"
+    );
+    assert!(message.contains("config.json declares torch_dtype bfloat16"), "{message}");
+    // Without a declared dtype, the mix itself is refused.
+    edit_config(dir.path(), |c| drop(c.as_object_mut().unwrap().remove("torch_dtype")));
+    let message = load_err(dir.path()).to_string();
+    assert!(
+        message.contains("tensor model.norm.weight is F16, but BF16 is expected") && message.contains("is BF16)"),
+        "{message}"
+    );
+    // Declared float16 over bf16 tensors: the first is refused.
+    let dir = tiny(&TinySpec::default());
+    edit_config(dir.path(), |c| c["torch_dtype"] = "float16".into());
+    let message = load_err(dir.path()).to_string();
+    assert!(message.contains("is BF16, but F16 is expected (") && message.contains("torch_dtype float16"), "{message}");
+}
+
+#[test]
+fn int4_scales_may_have_their_own_16_bit_type_but_only_one() {
+    let int4 = TinySpec { int4_experts: true, ..TinySpec::default() };
+    let dir = tiny(&int4);
+    relabel(dir.path(), |n| n.ends_with(".weight_scale"), safetensors::Dtype::F16);
+    Model::load(dir.path()).unwrap();
+    let dir = tiny(&int4);
+    relabel(dir.path(), |n| n == "model.layers.1.mlp.experts.3.up_proj.weight_scale", safetensors::Dtype::F16);
+    let message = load_err(dir.path()).to_string();
+    assert!(message.contains("tensor model.layers.1.mlp.experts.3.up_proj.weight_scale is F16, but BF16"), "{message}");
+    assert!(message.contains(".weight_scale in ") && message.contains("is BF16)"), "{message}");
+}

@@ -260,3 +260,53 @@ fn layer_and_expert_counts_are_bounded_before_anything_is_planned() {
     let out = dry_run(&["--layers", "61", "--experts", "384"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `make-model` of the smallest slice into `out`, under a file size limit of a few MB, as on a nearly
+/// full disk: a write beyond it fails (EFBIG, with SIGXFSZ ignored) the way one on a full disk does.
+fn make_model_on_a_full_disk(out: &Path) -> std::process::Output {
+    std::process::Command::new("sh")
+        .args(["-c", "ulimit -f 4096 && trap '' XFSZ && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args(["make-model", "--layers", "1", "--experts", "8", "--out"])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_failed_run_removes_what_it_wrote_and_replaces_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("k2/slice");
+    let output = make_model_on_a_full_disk(&out);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("--out {}", out.display())) && stderr.contains("File too large"), "{stderr}");
+    assert!(!dir.path().join("k2").exists(), "the folders it made are gone with their files");
+
+    // Over an earlier model: its files stay as they were, and no partial file is left beside them.
+    let old = dir.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::write(old.join("config.json"), "the earlier model's").unwrap();
+    assert_eq!(make_model_on_a_full_disk(&old).status.code(), Some(1));
+    let left: Vec<_> = std::fs::read_dir(&old).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["config.json"]);
+    assert_eq!(std::fs::read_to_string(old.join("config.json")).unwrap(), "the earlier model's");
+}
+
+#[test]
+fn an_out_that_is_a_file_is_refused_saying_what_out_must_be() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("model.bin");
+    std::fs::write(&file, "").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args(["make-model", "--layers", "1", "--experts", "8", "--out"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let says =
+        format!("--out {0}: writing the model\n\nCaused by:\n    {0} exists and is not a folder", file.display());
+    assert!(stderr.contains(&says) && stderr.contains("a folder of config.json and safetensors shards"), "{stderr}");
+    assert!(!stderr.contains("os error"), "{stderr}");
+}

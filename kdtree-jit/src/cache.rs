@@ -4,15 +4,23 @@
 //! corrupt or truncated entry is detected, reported and recompiled, never loaded. Entries are written
 //! to a temporary file in the cache directory and renamed into place: readers never see half a file,
 //! and concurrent compiles of one kernel simply race to write the same bytes.
+//!
+//! Whoever can write the cache chooses the code the GPU runs, and a checksum recomputed by a forger
+//! proves nothing. So the cache trusts no one but its user, as ccache and sccache do: the directory is
+//! created private (0700), a directory not the user's or writable by group or others is refused, and
+//! so is an entry (then recompiled and replaced, which only the owner of the directory can do).
 
+use std::fs::{DirBuilder, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::compile::KernelStats;
-use crate::{Arch, Error, Result};
+use crate::error::CacheProblem;
+use crate::{Arch, Error, Result, sys};
 
 /// Bumped whenever the key or the file format changes: old entries then simply miss.
 const FORMAT_VERSION: u32 = 2;
@@ -75,9 +83,25 @@ impl CacheKey {
 }
 
 impl Cache {
-    /// Opens (creating if needed) the cache in `dir`.
+    /// Opens the cache in `dir`, creating it (and any missing parent) private to the user. An existing
+    /// `dir` must be a directory (links followed) of the user's that group and others cannot write.
     pub fn open(dir: &Path) -> Result<Cache> {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Cache { path: dir.to_owned(), source })?;
+        if dir.as_os_str().is_empty() {
+            return Err(Error::EmptyCacheDir);
+        }
+        let refused = |problem| Error::CacheRefused { path: dir.to_owned(), problem };
+        let io = |source| Error::Cache { path: dir.to_owned(), source };
+        match std::fs::metadata(dir) {
+            Ok(metadata) if !metadata.is_dir() => {
+                return Err(refused(CacheProblem::NotADirectory { kind: kind(&metadata) }));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io)?;
+            }
+            Err(e) => return Err(io(e)),
+        }
+        private(&std::fs::metadata(dir).map_err(io)?).map_err(refused)?;
         Ok(Cache { dir: dir.to_owned() })
     }
 
@@ -120,27 +144,63 @@ impl Cache {
     }
 }
 
+/// `Ok` when `metadata` is of something the user owns and only the user may write.
+fn private(metadata: &std::fs::Metadata) -> std::result::Result<(), CacheProblem> {
+    let user = sys::user_id();
+    if metadata.uid() != user {
+        return Err(CacheProblem::NotOwned { owner: metadata.uid(), user });
+    }
+    // Group or others may write: they could put a cubin of their choosing in the user's place.
+    if metadata.mode() & 0o022 != 0 {
+        return Err(CacheProblem::WritableByOthers { mode: metadata.mode() & 0o7777 });
+    }
+    Ok(())
+}
+
+/// What a file that is not a directory or a regular file is, in words.
+fn kind(metadata: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = metadata.file_type();
+    if kind.is_file() {
+        "a regular file"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else {
+        "not a regular file"
+    }
+}
+
 /// The bytes of the entry file at `path`, `None` if there is none, `Err(why)` if it cannot be used.
-/// The type is checked before opening (opening a FIFO would block) and the read is bounded.
+/// It is opened without following a link and without blocking (on a FIFO), and then checked through
+/// the open file, so that what is checked is what is read: a regular file of the user's that only the
+/// user may write, of a bounded size.
 fn read_entry(path: &Path) -> std::result::Result<Option<Vec<u8>>, String> {
     let unreadable = |e: std::io::Error| format!("unreadable ({e})");
-    let metadata = match std::fs::metadata(path) {
-        Ok(metadata) => metadata,
+    let opened = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path);
+    let file = match opened {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // O_NOFOLLOW's answer to a link.
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err("a symbolic link, not a regular file".into()),
         Err(e) => return Err(unreadable(e)),
     };
+    let metadata = file.metadata().map_err(unreadable)?;
     if !metadata.is_file() {
-        return Err("not a regular file".into());
+        return Err(format!("{}, not a regular file", kind(&metadata)));
     }
+    private(&metadata).map_err(|problem| problem.to_string())?;
     let too_large = || format!("larger than an entry may be ({MAX_ENTRY_BYTES} bytes)");
     if metadata.len() > MAX_ENTRY_BYTES {
         return Err(too_large());
     }
     let mut bytes = Vec::new();
-    match std::fs::File::open(path).and_then(|f| f.take(MAX_ENTRY_BYTES + 1).read_to_end(&mut bytes)) {
+    match file.take(MAX_ENTRY_BYTES + 1).read_to_end(&mut bytes) {
         Ok(_) if bytes.len() as u64 > MAX_ENTRY_BYTES => Err(too_large()),
         Ok(_) => Ok(Some(bytes)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(unreadable(e)),
     }
 }

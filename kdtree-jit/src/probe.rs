@@ -4,18 +4,24 @@
 //! NVRTC is searched, in order: the `--nvrtc` flag or `KDTREE_NVRTC_DIR` (and nowhere else when given:
 //! an explicit choice that fails is an error, not a fallback), the workspace's `target/nvrtc` (where
 //! `scripts/test.sh` installs it from PyPI), then the system loader path. A library found in a
-//! directory is preloaded by full path, so cudarc's later `dlopen` by soname finds that copy.
+//! directory is read first (a whole ELF file with NVRTC's soname and symbols: a wrong one would
+//! panic in cudarc or kill the process with SIGBUS), then preloaded by full path, so cudarc's later
+//! `dlopen` by soname finds that copy.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::{Error, Result, sys};
+use crate::error::LibraryProblem;
+use crate::{Error, Result, elf, sys};
 
 /// The environment variable naming a directory that holds `libnvrtc.so.13`.
 pub const NVRTC_DIR_ENV: &str = "KDTREE_NVRTC_DIR";
 
 /// The NVRTC soname cudarc's `cuda-13000` build opens.
 const NVRTC_LIB: &str = "libnvrtc.so.13";
+
+/// NVRTC's functions that a library must define to be taken for it: the first two kdtree calls.
+const NVRTC_SYMBOLS: [&str; 2] = ["nvrtcVersion", "nvrtcCreateProgram"];
 
 /// Where `pip install --target DIR nvidia-cuda-nvrtc` puts the libraries, under DIR.
 const PIP_LIB_DIR: &str = "nvidia/cu13/lib";
@@ -37,17 +43,20 @@ pub enum NvrtcLocation {
 
 impl NvrtcSearch {
     /// `explicit` (a flag) or else `KDTREE_NVRTC_DIR`, alone; neither: the workspace, then the system.
-    pub(crate) fn from_env(explicit: Option<&Path>) -> NvrtcSearch {
+    pub(crate) fn from_env(explicit: Option<&Path>) -> Result<NvrtcSearch> {
         NvrtcSearch::choose(explicit, std::env::var_os(NVRTC_DIR_ENV).as_deref().map(Path::new))
     }
 
-    fn choose(flag: Option<&Path>, env: Option<&Path>) -> NvrtcSearch {
+    /// An empty directory is an error, not the current one: `KDTREE_NVRTC_DIR=` set to nothing by a
+    /// script is a mistake to report, and a library under the current directory no choice at all.
+    fn choose(flag: Option<&Path>, env: Option<&Path>) -> Result<NvrtcSearch> {
         match flag.or(env) {
-            Some(dir) => NvrtcSearch::explicit(dir),
-            None => NvrtcSearch {
+            Some(dir) if dir.as_os_str().is_empty() => Err(Error::EmptyNvrtcDir),
+            Some(dir) => Ok(NvrtcSearch::explicit(dir)),
+            None => Ok(NvrtcSearch {
                 dirs: vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/nvrtc").join(PIP_LIB_DIR)],
                 system: true,
-            },
+            }),
         }
     }
 
@@ -89,13 +98,24 @@ pub fn load_nvrtc(explicit: Option<&Path>) -> Result<Nvrtc> {
     if let Some(nvrtc) = loaded.as_ref() {
         return Ok(nvrtc.clone());
     }
-    let location = NvrtcSearch::from_env(explicit).locate()?;
+    let location = NvrtcSearch::from_env(explicit)?.locate()?;
     if let NvrtcLocation::Dir(dir) = &location {
-        // The builtins first: libnvrtc opens them by name while compiling.
-        for builtins in builtins_in(dir)? {
-            sys::preload(&builtins)?;
+        let (nvrtc, builtins) = (dir.join(NVRTC_LIB), builtins_in(dir)?);
+        // Every file is checked before any is loaded: the loader would map a truncated one past its
+        // end (SIGBUS), and cudarc panics on a library that lacks NVRTC's symbols.
+        check_nvrtc(&nvrtc)?;
+        for builtins in &builtins {
+            elf::read_dynamic(builtins).map_err(|problem| Error::BadLibrary {
+                path: builtins.clone(),
+                library: "NVRTC's builtins library",
+                problem,
+            })?;
         }
-        sys::preload(&dir.join(NVRTC_LIB))?;
+        // The builtins first: libnvrtc opens them by name while compiling.
+        for builtins in &builtins {
+            sys::preload(builtins)?;
+        }
+        sys::preload(&nvrtc)?;
     }
     let nvrtc = Nvrtc { location, version: sys::nvrtc_version()? };
     *loaded = Some(nvrtc.clone());
@@ -113,6 +133,20 @@ pub(crate) fn check_driver() -> Result<()> {
         Ok(())
     } else {
         Err(Error::NoDriver { reason: "libcuda.so.1 comes with the NVIDIA driver; is one installed?".into() })
+    }
+}
+
+/// `Ok` when `path` is a whole ELF library named [`NVRTC_LIB`] that defines the functions kdtree
+/// calls first: cudarc finds it by that soname once it is preloaded, and panics where a symbol lacks.
+fn check_nvrtc(path: &Path) -> Result<()> {
+    let bad = |problem| Error::BadLibrary { path: path.to_owned(), library: "NVRTC (libnvrtc.so.13)", problem };
+    let dynamic = elf::read_dynamic(path).map_err(bad)?;
+    if dynamic.soname.as_deref() != Some(NVRTC_LIB) {
+        return Err(bad(LibraryProblem::Soname { soname: dynamic.soname, expected: NVRTC_LIB }));
+    }
+    match NVRTC_SYMBOLS.into_iter().find(|symbol| !dynamic.symbols.iter().any(|s| s == symbol)) {
+        Some(symbol) => Err(bad(LibraryProblem::MissingSymbol { symbol })),
+        None => Ok(()),
     }
 }
 
@@ -165,9 +199,12 @@ mod tests {
     #[test]
     fn the_flag_beats_the_environment_which_beats_the_workspace_then_the_system() {
         let (flag, env) = (Path::new("/flag"), Path::new("/env"));
-        assert_eq!(NvrtcSearch::choose(Some(flag), Some(env)), NvrtcSearch::explicit(flag));
-        assert_eq!(NvrtcSearch::choose(None, Some(env)), NvrtcSearch::explicit(env));
-        let default = NvrtcSearch::choose(None, None);
+        assert_eq!(NvrtcSearch::choose(Some(flag), Some(env)).unwrap(), NvrtcSearch::explicit(flag));
+        assert_eq!(NvrtcSearch::choose(None, Some(env)).unwrap(), NvrtcSearch::explicit(env));
+        let empty = Path::new("");
+        assert!(matches!(NvrtcSearch::choose(None, Some(empty)), Err(Error::EmptyNvrtcDir)));
+        assert!(matches!(NvrtcSearch::choose(Some(empty), None), Err(Error::EmptyNvrtcDir)));
+        let default = NvrtcSearch::choose(None, None).unwrap();
         assert!(default.system);
         assert_eq!(default.dirs.len(), 1);
         assert!(default.dirs[0].ends_with("target/nvrtc/nvidia/cu13/lib"), "{default:?}");

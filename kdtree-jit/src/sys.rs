@@ -25,6 +25,12 @@ pub(crate) fn preload(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The effective user id of this process: whose files the cubin cache trusts.
+pub(crate) fn user_id() -> u32 {
+    // SAFETY: geteuid takes nothing, cannot fail and only reads the process's credentials.
+    unsafe { libc::geteuid() }
+}
+
 /// Whether cudarc would find NVRTC by name on the loader path.
 pub(crate) fn nvrtc_on_loader_path() -> bool {
     // SAFETY: only tries to dlopen (and closes again) the candidate names; never panics.

@@ -1,5 +1,5 @@
 //! The cubin cache: a miss compiles and stores, a hit loads without compiling, a corrupt or truncated
-//! entry is reported and recompiled.
+//! entry is reported and recompiled; and the cache trusts no one but its user.
 
 use kdtree_jit::cache::{CacheKey, CacheLookup, CachedCubin};
 use kdtree_jit::{Arch, Cache, KernelStats, compile_source};
@@ -98,4 +98,99 @@ fn an_entry_that_is_not_a_regular_file_or_too_large_is_not_read() {
     file.set_len(kdtree_jit::cache::MAX_ENTRY_BYTES + 1).unwrap();
     let CacheLookup::Unusable(why) = cache.get(&key) else { panic!("an oversized entry was used") };
     assert!(why.contains("larger than an entry may be"), "{why}");
+}
+
+/// Mode bits of `path` (links followed).
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+fn chmod(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Whether this process runs as root, who may give a file away to another user.
+fn root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::metadata(dir.path()).unwrap().uid() == 0
+}
+
+/// A uid that owns nothing here.
+const STRANGER: u32 = 54321;
+
+#[test]
+fn the_cache_is_created_private_and_a_directory_others_may_write_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let nested = dir.path().join("a/b/cubin");
+    Cache::open(&nested).unwrap();
+    assert_eq!(mode(&nested), 0o700);
+    assert_eq!(mode(&dir.path().join("a")), 0o700, "the parents it made are private too");
+
+    for loose in [0o777, 0o770, 0o1777] {
+        chmod(&nested, loose);
+        let e = Cache::open(&nested).unwrap_err();
+        let message = e.to_string();
+        assert!(matches!(e, kdtree_jit::Error::CacheRefused { .. }), "{message}");
+        assert!(message.contains(&nested.display().to_string()), "{message}");
+        assert!(message.contains("written by its group or others") && message.contains("chmod go-w"), "{message}");
+    }
+    chmod(&nested, 0o755);
+    Cache::open(&nested).unwrap();
+
+    // Someone else's directory: as root, one given away; otherwise `/`, which is root's.
+    let foreign = if root() {
+        std::os::unix::fs::chown(&nested, Some(STRANGER), None).unwrap();
+        nested
+    } else {
+        std::path::PathBuf::from("/")
+    };
+    let message = Cache::open(&foreign).unwrap_err().to_string();
+    assert!(message.contains("is owned by uid") && message.contains("not by this user"), "{message}");
+}
+
+#[test]
+fn a_path_that_is_not_a_directory_or_empty_is_refused_saying_what_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    for (path, says) in [(file.as_path(), "is a regular file, not a directory"), ("/dev/null".as_ref(), "is a device")]
+    {
+        let message = Cache::open(path).unwrap_err().to_string();
+        assert!(message.contains(&format!("cubin cache at {}: {says}", path.display())), "{message}");
+    }
+    let message = Cache::open("".as_ref()).unwrap_err().to_string();
+    assert!(message.contains("empty path") && message.contains("KDTREE_CACHE_DIR"), "{message}");
+}
+
+#[test]
+fn a_forged_entry_others_could_write_is_not_loaded_but_recompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::open(dir.path()).unwrap();
+    let good = compile_source("twice", "inline", KERNEL, Arch(90), Some(&cache)).unwrap();
+    let path = only_entry(&cache);
+    assert_eq!(mode(&path), 0o600, "entries are written private");
+    let options = kdtree_jit::compile::options(Arch(90));
+    let key = CacheKey::new("twice", KERNEL, &options, kdtree_jit::nvrtc_version().unwrap(), Arch(90));
+    assert_eq!(cache.path(&key), path, "the key of the entry compile_source wrote");
+    // A well-formed entry with its checksum recomputed, holding another cubin: what a forger writes.
+    let forged = CachedCubin { stats: good.stats, cubin: b"not the kernel".to_vec() };
+    cache.put(&key, &forged).unwrap();
+    assert_eq!(cache.get(&key), CacheLookup::Hit(forged.clone()), "the user's own entry is trusted");
+
+    chmod(&path, 0o666);
+    let CacheLookup::Unusable(why) = cache.get(&key) else { panic!("an entry others may write was loaded") };
+    assert!(why.contains(&path.display().to_string()) && why.contains("written by its group or others"), "{why}");
+    let again = compile_source("twice", "inline", KERNEL, Arch(90), Some(&cache)).unwrap();
+    assert!(!again.cached && again.cubin == good.cubin, "recompiled, not loaded");
+    assert_eq!(mode(&path), 0o600, "and replaced by a private entry");
+
+    if root() {
+        cache.put(&key, &forged).unwrap();
+        std::os::unix::fs::chown(&path, Some(STRANGER), None).unwrap();
+        let CacheLookup::Unusable(why) = cache.get(&key) else { panic!("another user's entry was loaded") };
+        assert!(why.contains(&format!("is owned by uid {STRANGER}")), "{why}");
+    }
 }

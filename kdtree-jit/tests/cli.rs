@@ -1,6 +1,7 @@
 //! The `kdtree-jit` binary, run as a user runs it.
 
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 
 use kdtree_jit::w4a16::W4a16;
 use kdtree_jit::{Arch, Target, Variant};
@@ -18,6 +19,7 @@ fn stdout(output: &Output) -> String {
 fn help_names_every_environment_variable() {
     let help = stdout(&kdtree_jit(&["--help"]));
     assert!(help.contains("KDTREE_NVRTC_DIR") && help.contains("KDTREE_CACHE_DIR"), "{help}");
+    assert!(help.contains("The cubin cache is created private (0700)"), "{help}");
     for command in ["list", "render", "compile", "tune", "bench"] {
         assert!(help.contains(command), "{help}");
     }
@@ -191,5 +193,117 @@ fn an_unknown_arch_is_refused_naming_it_and_the_known_ones() {
         assert!(stderr.contains(&format!("{} is not an arch kdtree compiles for", args[2])), "{args:?}: {stderr}");
         assert!(stderr.contains("sm_90, sm_100, sm_103, sm_120, sm_121"), "{args:?}: {stderr}");
         assert!(!stderr.contains("NVRTC") && !stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// Fails with exit code 1 (an error, not a signal or a panic), and returns stderr.
+fn error(args: &[&str]) -> String {
+    let output = kdtree_jit(args);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {:?}\n{stderr}", output.status);
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    stderr
+}
+
+/// The workspace's NVRTC, which scripts/test.sh installs from PyPI.
+fn nvrtc_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/nvrtc/nvidia/cu13/lib")
+}
+
+#[test]
+fn an_nvrtc_that_is_another_library_or_truncated_is_refused_before_it_is_loaded() {
+    let builtins = std::fs::read_dir(nvrtc_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with("libnvrtc-builtins.so"))
+        .unwrap();
+    // Another library under NVRTC's name: cudarc would panic at its first NVRTC symbol.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::copy(&builtins, other.path().join("libnvrtc.so.13")).unwrap();
+    // A truncated NVRTC ("it is truncated: its headers describe N bytes, the file has M"): the loader
+    // would map it past its end and die of SIGBUS.
+    let truncated = tempfile::tempdir().unwrap();
+    let mut whole = std::fs::File::open(nvrtc_dir().join("libnvrtc.so.13")).unwrap();
+    let half = whole.metadata().unwrap().len() / 2;
+    let mut cut = std::fs::File::create(truncated.path().join("libnvrtc.so.13")).unwrap();
+    std::io::copy(&mut std::io::Read::take(&mut whole, half), &mut cut).unwrap();
+    for (dir, says) in [
+        (other.path(), "its soname is libnvrtc-builtins.so".to_owned()),
+        (truncated.path(), format!("bytes, the file has {half}")),
+    ] {
+        let stderr = error(&["compile", "--arch", "90", "--no-cache", "--nvrtc", dir.to_str().unwrap()]);
+        let lib = dir.join("libnvrtc.so.13").display().to_string();
+        assert!(stderr.contains(&format!("{lib} is not NVRTC (libnvrtc.so.13)")), "{stderr}");
+        assert!(stderr.contains(&says) && stderr.contains("pip install"), "{stderr}");
+    }
+}
+
+#[test]
+fn empty_path_variables_are_named_not_taken_for_a_missing_flag() {
+    for (var, args) in [
+        ("KDTREE_NVRTC_DIR", &["list", "--arch", "90"][..]),
+        ("KDTREE_CACHE_DIR", &["compile", "--arch", "90", "--filter", "w4a16_nosuch"]),
+        ("KDTREE_TUNING_DB", &["tune", "--shape", "256,512"]),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_kdtree-jit")).args(args).env(var, "").output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{var}: {stderr}");
+        assert!(stderr.contains(&format!("the path is empty (is {var} set to nothing?)")), "{var}: {stderr}");
+    }
+}
+
+#[test]
+fn a_cache_dir_that_is_not_a_private_directory_is_refused_naming_it() {
+    let name = W4a16::valid(&Target { arch: Arch(120) })[0].name();
+    let compile =
+        |dir: &Path| error(&["compile", "--arch", "120", "--filter", &name, "--cache-dir", dir.to_str().unwrap()]);
+    let stderr = compile(Path::new("/dev/null"));
+    assert!(stderr.contains("cubin cache at /dev/null: is a device, not a directory"), "{stderr}");
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let stderr = compile(open.path());
+    assert!(stderr.contains(&format!("cubin cache at {}: may be written by", open.path().display())), "{stderr}");
+}
+
+/// `kdtree-jit` with `args`, stdout on a full disk (/dev/full).
+fn to_full_disk(args: &[&str]) -> Output {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    Command::new(env!("CARGO_BIN_EXE_kdtree-jit")).args(args).stdout(full).output().unwrap()
+}
+
+/// `kdtree-jit` with `args`, stdout a pipe whose reader is gone (`kdtree-jit ... | head -c1`).
+fn to_closed_pipe(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kdtree-jit"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_full_stdout_is_an_error_naming_it_and_a_closed_one_ends_quietly() {
+    let name = W4a16::valid(&Target { arch: Arch(120) })[0].name();
+    let runs: [&[&str]; 5] = [
+        &["list", "--arch", "90"],
+        &["list", "--arch", "90", "--json"],
+        &["render", &name],
+        &["compile", "--arch", "120", "--filter", &name, "--no-cache"],
+        &["compile", "--arch", "120", "--filter", &name, "--no-cache", "--json"],
+    ];
+    for args in runs {
+        let output = to_full_disk(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("writing to stdout") && stderr.contains("No space left on device"),
+            "{args:?}: {stderr}"
+        );
+        let output = to_closed_pipe(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {:?}\n{stderr}", output.status);
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
     }
 }

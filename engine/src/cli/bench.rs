@@ -14,6 +14,7 @@ use kdtree_jit::tune::peers::copy_bandwidth;
 use kdtree_quant::sample::Uniform;
 
 use super::backend::{BackendArgs, variant_table};
+use super::emit;
 
 /// Time the model's forward on the GPU at T = 1, 2, 3, 4, 6, 8, ... tokens after each context, against
 /// its bandwidth floor.
@@ -241,37 +242,35 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "load_s": load_s, "peak_rss_before_load": rss_before, "peak_rss_after": rss_after,
             "w4a16_variants": variants_json, "cost_model": cost_path, "spec": spec_rows,
         });
-        println!("{out}");
-        return Ok(());
+        return emit(&format!("{out}\n"));
     }
-    print!("{variants}");
-    println!(
-        "{} on {}, {:?} mode; loaded in {load_s:.1} s, peak RSS {:.2} GB (before loading {:.2} GB)",
+    let mut text = format!(
+        "{variants}{} on {}, {:?} mode; loaded in {load_s:.1} s, peak RSS {:.2} GB (before loading {:.2} GB)\n",
         args.model.display(),
         cuda.describe(),
         cuda.mode(),
         rss_after.unwrap_or(0) as f64 / 1e9,
         rss_before.unwrap_or(0) as f64 / 1e9
     );
-    println!(
-        "weights: {:.2} GB read by every forward, LM head {:.2} GB, {:.1} MB per routed expert x {} x {} MoE layers",
+    text += &format!(
+        "weights: {:.2} GB read by every forward, LM head {:.2} GB, {:.1} MB per routed expert x {} x {} MoE layers\n",
         weights.dense as f64 / 1e9,
         weights.lm_head as f64 / 1e9,
         weights.expert as f64 / 1e6,
         weights.experts_per_layer,
         weights.moe_layers
     );
-    println!("{kv_line}; room for {kv_room} tokens within --kv-memory");
-    print!("{}", table(&rows, copy_gbps));
-    print!("{}", context_table(&contexts));
+    text += &format!("{kv_line}; room for {kv_room} tokens within --kv-memory\n");
+    text += &table(&rows, copy_gbps);
+    text += &context_table(&contexts);
     if !spec_rows.is_empty() {
-        println!(
-            "\nspeculative decoding, noisy-oracle drafter, {} tokens after {first_context} of context:",
+        text += &format!(
+            "\nspeculative decoding, noisy-oracle drafter, {} tokens after {first_context} of context:\n",
             args.spec_tokens
         );
-        print!("{}", spec_sweep::table(&spec_rows));
+        text += &spec_sweep::table(&spec_rows);
     }
-    Ok(())
+    emit(&text)
 }
 
 /// forward-cost-<model folder>.json beside the tuning DB.

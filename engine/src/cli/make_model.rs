@@ -32,7 +32,8 @@ use super::emit;
 /// bar on stderr counts the bytes written.
 #[derive(Debug, Args)]
 pub struct MakeModelArgs {
-    /// Folder to write (created if missing; existing files of the same names are replaced).
+    /// Folder to write (created if missing; existing files of the same names are replaced, once every
+    /// file is written: a run that fails leaves the folder as it was).
     #[arg(long)]
     out: PathBuf,
     /// Decoder layers (K2 has 61), at least 1.
@@ -91,8 +92,8 @@ pub fn run(args: MakeModelArgs) -> anyhow::Result<()> {
             .expect("a valid template"),
     );
     let start = Instant::now();
-    let written =
-        write_model(&args.out, &spec, &|n| bar.inc(n)).with_context(|| format!("writing {}", args.out.display()))?;
+    let written = write_model(&args.out, &spec, &|n| bar.inc(n))
+        .with_context(|| format!("--out {}: writing the model", args.out.display()))?;
     bar.finish_and_clear();
     print(&args, &written, Some(start.elapsed().as_secs_f64()))
 }

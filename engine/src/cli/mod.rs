@@ -8,8 +8,6 @@ mod make_tiny;
 mod prompt;
 mod serve;
 
-use std::io::Write;
-
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
@@ -48,16 +46,7 @@ impl Cli {
     }
 }
 
-/// Writes `text` to stdout and flushes it, so that a failed write is an error here and not a panic
-/// (`println!`) or lost at exit (a buffered tail): a full disk (`generate > /dev/full`) is an error
-/// naming stdout, a closed pipe (`generate | head -c1`) one that `main` ends on quietly
-/// ([`is_closed_pipe`]).
+/// [`kdtree_jit::stdout::emit`], a failure naming stdout.
 fn emit(text: &str) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing to stdout")
-}
-
-/// Whether `e` is a write to a pipe whose reader went away: nothing is left to say to anyone.
-pub fn is_closed_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+    kdtree_jit::stdout::emit(text).context("writing to stdout")
 }

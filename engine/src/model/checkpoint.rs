@@ -127,6 +127,46 @@ impl Checkpoint {
         format!("{}{name}", self.prefix)
     }
 
+    /// Refuses a 16-bit float tensor of the other 16-bit type than its kind's in this checkpoint: bf16
+    /// bits relabelled F16 in a header (or the reverse) would load as other numbers, with no other
+    /// error. Weights hold to the type `torch_dtype` names (config.json's, `config` naming the file),
+    /// or else to the first 16-bit weight's; INT4 scales (`*.weight_scale`), which a quantizer may
+    /// keep in another type than the model's, hold to the first scale's. f32 tensors are accepted
+    /// beside either: DeepSeek-V3 stores its router biases in f32.
+    pub fn check_float_dtypes(&self, config: &str, torch_dtype: Option<&str>) -> Result<()> {
+        // Per kind (weights, scales): the expected type and why it is expected.
+        let declared = torch_dtype.and_then(|name| Some((half_type(name)?, name)));
+        let mut weights = declared.map(|(dtype, name)| (dtype, format!("{config} declares torch_dtype {name}")));
+        let mut scales = None;
+        for file in &self.files {
+            for tensor in file.names().map_err(|e| shard_error(e, file.path()))? {
+                // A multimodal checkpoint's other tensors are never loaded: their types are theirs.
+                if !tensor.strip_prefix(self.prefix).is_some_and(|text| self.by_name.contains_key(text)) {
+                    continue;
+                }
+                let dtype = file.tensor(&tensor).map_err(|e| shard_error(e, file.path()))?.dtype();
+                if !matches!(dtype, StDtype::BF16 | StDtype::F16) {
+                    continue;
+                }
+                let expected = if tensor.ends_with(".weight_scale") { &mut scales } else { &mut weights };
+                match expected {
+                    None => *expected = Some((dtype, format!("{tensor} in {} is {dtype:?}", file.path().display()))),
+                    Some((first, _)) if *first == dtype => {}
+                    Some((first, why)) => {
+                        return Err(EngineError::MixedFloatDtypes {
+                            file: file.path().display().to_string(),
+                            tensor,
+                            dtype: format!("{dtype:?}"),
+                            expected: format!("{first:?}"),
+                            why: why.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every text-model tensor name of the checkpoint.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.by_name.keys().map(String::as_str)
@@ -291,6 +331,16 @@ fn read_index(path: &Path) -> Result<HashMap<String, String>> {
         key: "weight_map".into(),
         reason: e.to_string(),
     })
+}
+
+/// The 16-bit float type of a `torch_dtype` (`bfloat16`, `torch.float16`, ...); `None` for others
+/// (float32, `auto`), which leave the checkpoint's 16-bit type to its first such tensor.
+fn half_type(torch_dtype: &str) -> Option<StDtype> {
+    match torch_dtype.strip_prefix("torch.").unwrap_or(torch_dtype) {
+        "bfloat16" => Some(StDtype::BF16),
+        "float16" | "half" => Some(StDtype::F16),
+        _ => None,
+    }
 }
 
 fn io(path: &Path, source: std::io::Error) -> EngineError {

@@ -62,6 +62,9 @@ pub struct Config {
     pub rms_norm_eps: f32,
     pub max_position_embeddings: usize,
     pub tie_word_embeddings: bool,
+    /// The type the weights are stored in, as written (`torch_dtype`, or transformers 5's `dtype`):
+    /// the loader holds the shards' headers to it.
+    pub torch_dtype: Option<String>,
     /// INT4 modules, from `quantization_config`; `None` for an unquantized checkpoint.
     pub quantization: Option<QuantConfig>,
 }
@@ -157,6 +160,7 @@ impl Config {
             rms_norm_eps: r.rms_norm_eps.unwrap_or(1e-6) as f32,
             max_position_embeddings: r.max_position_embeddings.unwrap_or(4096),
             tie_word_embeddings: r.tie_word_embeddings.unwrap_or(false),
+            torch_dtype: r.torch_dtype.or(r.dtype),
             quantization,
         };
         config.check(file)?;

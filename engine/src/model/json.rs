@@ -16,10 +16,15 @@ use serde_json::Value;
 
 use crate::error::{EngineError, Result};
 
+/// The UTF-8 byte order mark.
+const BOM: char = '\u{feff}';
+
 /// The text of the JSON input `path`, `what` it is in errors ("a config.json"): a regular file
 /// ([`kdtree_quant::open_regular`]: a FIFO would block, a device never end) of at most `limit` bytes,
 /// [`EngineError::FileTooLarge`] beyond. The size is checked before reading and the read is bounded
-/// too (a file may grow while read), so a huge file fails at once, not after gigabytes.
+/// too (a file may grow while read), so a huge file fails at once, not after gigabytes. A UTF-8 byte
+/// order mark, which editors on Windows put first and serde_json calls an unexpected character, is
+/// dropped.
 pub(crate) fn read_capped(path: &Path, what: &'static str, limit: u64) -> Result<String> {
     let file = path.display().to_string();
     let io = |source| EngineError::Io { file: file.clone(), source };
@@ -32,6 +37,9 @@ pub(crate) fn read_capped(path: &Path, what: &'static str, limit: u64) -> Result
     opened.take(limit + 1).read_to_string(&mut text).map_err(io)?;
     if text.len() as u64 > limit {
         return Err(too_large());
+    }
+    if text.starts_with(BOM) {
+        text.drain(..BOM.len_utf8());
     }
     Ok(text)
 }

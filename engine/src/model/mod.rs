@@ -149,6 +149,7 @@ impl<B: Backend> Model<B> {
         let config = Config::load(&dir.join("config.json"))?;
         let ckpt = Checkpoint::open(dir, config.layout)?;
         let config_file = dir.join("config.json").display().to_string();
+        ckpt.check_float_dtypes(&config_file, config.torch_dtype.as_deref())?;
         config.check_checkpoint_layers(&config_file, ckpt.names())?;
         config.check_checkpoint_shared_experts(&config_file, ckpt.names())?;
         let (c, b) = (&config, &*backend);

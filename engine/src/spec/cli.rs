@@ -37,12 +37,13 @@ pub struct SpecArgs {
     /// with probability --oracle-p at each position).
     #[arg(long, value_enum, default_value_t = DrafterKind::Lookup, requires = "spec")]
     pub drafter: DrafterKind,
-    /// The noisy oracle's probability of ranking the true token first.
-    #[arg(long, default_value_t = 0.7, requires = "spec")]
-    pub oracle_p: f64,
-    /// Seed of the noisy oracle's draws.
-    #[arg(long, default_value_t = 1, requires = "spec")]
-    pub oracle_seed: u64,
+    /// The noisy oracle's probability of ranking the true token first (default 0.7); only with
+    /// `--drafter noisy-oracle`.
+    #[arg(long, requires = "spec")]
+    pub oracle_p: Option<f64>,
+    /// Seed of the noisy oracle's draws (default 1); only with `--drafter noisy-oracle`.
+    #[arg(long, requires = "spec")]
+    pub oracle_seed: Option<u64>,
     /// DDTree only: choose each round's tree size (up to --budget) for the most expected tokens per
     /// µs, by this cost model (JSON; `kdtree-engine bench --save-cost` measures one).
     #[arg(long, value_name = "PATH", requires = "spec")]
@@ -99,6 +100,9 @@ impl SpecArgs {
     pub const MAX_BUDGET: usize = 1024;
     /// The largest `--draft-len`: the model drafters hold L rows of the whole vocabulary.
     pub const MAX_DRAFT_LEN: usize = 128;
+    /// The noisy oracle's accuracy and seed without `--oracle-p` and `--oracle-seed`.
+    pub const DEFAULT_ORACLE_P: f64 = 0.7;
+    pub const DEFAULT_ORACLE_SEED: u64 = 1;
 
     /// Checks the options against the target's config (and the draft model's, read from its
     /// config.json), before any weight is loaded: the budget and the draft length within their
@@ -122,7 +126,24 @@ impl SpecArgs {
         if let Some(dir) = &self.draft_model {
             Config::load(&dir.join("config.json"))?.check_context(prompt, max_new)?;
         }
-        Ok(())
+        self.check_oracle_options()
+    }
+
+    /// Refuses the noisy oracle's options with another drafter: they would be ignored, and the run
+    /// would not be the one asked for.
+    fn check_oracle_options(&self) -> Result<()> {
+        let given = [("--oracle-p", self.oracle_p.is_some()), ("--oracle-seed", self.oracle_seed.is_some())];
+        match given.into_iter().find(|&(_, given)| given) {
+            Some((option, _)) if self.drafter != DrafterKind::NoisyOracle => {
+                let drafter = clap::ValueEnum::to_possible_value(&self.drafter).expect("every drafter has a name");
+                Err(EngineError::InvalidArgument(format!(
+                    "{option} sets the noisy oracle, and --drafter {} does not read it: drop {option} or pass \
+                     --drafter noisy-oracle",
+                    drafter.get_name()
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The most tokens one verification forward runs: B + 1 for DDTree, L + 1 for a chain, 1 without
@@ -200,7 +221,9 @@ impl SpecArgs {
         let (tokens, stats, greedy) = if self.drafter == DrafterKind::NoisyOracle {
             let greedy = timed_greedy()?;
             let truth = prompt.iter().chain(&greedy.0).copied().collect();
-            let mut drafter = NoisyOracle::new(truth, self.oracle_p, self.oracle_seed, vocab)?;
+            let p = self.oracle_p.unwrap_or(Self::DEFAULT_ORACLE_P);
+            let seed = self.oracle_seed.unwrap_or(Self::DEFAULT_ORACLE_SEED);
+            let mut drafter = NoisyOracle::new(truth, p, seed, vocab)?;
             let (tokens, stats) = speculative_generate(target, &mut drafter, prompt, max_new, &method, stop)?;
             (tokens, stats, greedy)
         } else {

@@ -14,12 +14,16 @@
 //! | `plan` | the tensors, how their values are made, which shard holds them |
 //! | `fill` | the values of a piece of a tensor |
 //! | `shard` | a safetensors file written piece by piece |
+//! | `staging` | the folder written all or nothing |
 
 mod fill;
 mod plan;
 mod shard;
+mod staging;
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
 use std::path::Path;
 
 use safetensors::Dtype as StDtype;
@@ -30,6 +34,7 @@ use crate::error::{EngineError, Result};
 use crate::model::{Config, Layout, Yarn};
 use plan::{GROUP, Unit};
 use shard::Shard;
+use staging::Staging;
 
 /// The sizes, seed and file layout of a generated model. [`Default`] is the tiny bf16 model tests
 /// use; [`TinySpec::k2_slice`] has Kimi K2's dimensions.
@@ -353,29 +358,33 @@ impl Summary {
 }
 
 /// Writes the model `spec` describes into `dir` (created if missing; files of the same names are
-/// replaced). `progress` is called, from any thread, with the bytes of each piece of tensor data
-/// written.
+/// replaced), all or nothing: each file is written under a temporary name and renamed into place once
+/// all are, and a failure removes what it wrote. `progress` is called, from any thread, with the
+/// bytes of each piece of tensor data written.
 pub fn write_model(dir: &Path, spec: &TinySpec, progress: &(dyn Fn(u64) + Sync)) -> Result<Summary> {
     spec.check()?;
     let units = plan::units(spec);
     let shards = spec.shards(&units)?;
-    let io = |path: &Path, source| EngineError::Io { file: path.display().to_string(), source };
-    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-    let config = serde_json::to_string_pretty(&spec.config_json()).map_err(|e| io(dir, std::io::Error::other(e)))?;
-    std::fs::write(dir.join("config.json"), config).map_err(|e| io(&dir.join("config.json"), e))?;
-
+    let mut folder = Staging::create(dir)?;
+    let config = serde_json::to_string_pretty(&spec.config_json()).expect("JSON values serialize");
+    folder.stage("config.json", |file, path| write_text(file, path, &config))?;
     let mut weight_map = BTreeMap::new();
     for shard in &shards {
-        shard.write(dir, spec.seed, progress)?;
+        folder.stage(&shard.name, |file, path| shard.write(file, path, spec.seed, progress))?;
         for t in shard.units.iter().flat_map(|u| &u.tensors) {
             weight_map.insert(t.name.clone(), shard.name.clone());
         }
     }
     let total_size: u64 = shards.iter().map(Shard::tensor_bytes).sum();
     let index = json!({"metadata": {"total_size": total_size}, "weight_map": weight_map});
-    let path = dir.join("model.safetensors.index.json");
-    std::fs::write(&path, index.to_string()).map_err(|e| io(&path, e))?;
+    folder.stage("model.safetensors.index.json", |file, path| write_text(file, path, &index.to_string()))?;
+    folder.commit()?;
     Ok(Summary::of(&units, &shards))
+}
+
+/// Writes `text` into `file`; errors name `path`, where the file is going.
+fn write_text(mut file: &File, path: &Path, text: &str) -> Result<()> {
+    file.write_all(text.as_bytes()).map_err(|source| EngineError::Io { file: path.display().to_string(), source })
 }
 
 /// Writes the model `spec` describes into `dir`, quietly: [`write_model`] without progress.

@@ -67,21 +67,19 @@ impl<'a> Shard<'a> {
         self.units.iter().map(|u| u.bytes()).sum()
     }
 
-    /// Writes the shard into `dir`, making its pieces on all cores; `progress` hears of every
-    /// piece's bytes as they land.
-    pub fn write(&self, dir: &Path, seed: u64, progress: &(dyn Fn(u64) + Sync)) -> Result<()> {
-        let path = dir.join(&self.name);
+    /// Writes the shard into `file` (empty), making its pieces on all cores; `progress` hears of every
+    /// piece's bytes as they land. Errors name `path`, where the file is going.
+    pub fn write(&self, file: &File, path: &Path, seed: u64, progress: &(dyn Fn(u64) + Sync)) -> Result<()> {
         let io = |source| EngineError::Io { file: path.display().to_string(), source };
-        let file = File::create(&path).map_err(io)?;
         file.set_len(self.file_bytes()).map_err(io)?;
         let mut head = (self.header.len() as u64).to_le_bytes().to_vec();
         head.extend_from_slice(&self.header);
-        write_at(&file, &head, 0).map_err(io)?;
+        write_at(file, &head, 0).map_err(io)?;
         let pieces: Vec<(usize, fill::Piece<'_>)> =
             self.units.iter().enumerate().flat_map(|(u, unit)| fill::pieces(unit).map(move |p| (u, p))).collect();
         pieces.par_iter().try_for_each(|(u, piece)| {
             for (t, at, bytes) in piece.make(seed) {
-                write_at(&file, &bytes, self.offsets[*u][t] + at).map_err(io)?;
+                write_at(file, &bytes, self.offsets[*u][t] + at).map_err(io)?;
                 progress(bytes.len() as u64);
             }
             Ok(())

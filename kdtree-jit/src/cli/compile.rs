@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Cubin cache directory [default: the user's cache dir, kdtree/cubin].
-    #[arg(long, env = CACHE_DIR_ENV, value_name = "DIR")]
+    #[arg(long, env = CACHE_DIR_ENV, value_name = "DIR", value_parser = super::non_empty_path(CACHE_DIR_ENV))]
     cache_dir: Option<PathBuf>,
     /// Compile everything afresh, neither reading nor writing the cache.
     #[arg(long)]

@@ -7,7 +7,6 @@ mod list;
 mod render;
 mod tune;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -19,7 +18,9 @@ const ENVIRONMENT: &str = "\
 Environment:
   KDTREE_NVRTC_DIR   directory holding libnvrtc.so.13 (or a `pip install --target` root); same as --nvrtc
   KDTREE_CACHE_DIR   where compiled cubins are cached; same as --cache-dir
-Without --nvrtc, NVRTC is looked for in the workspace's target/nvrtc, then on the system loader path.";
+Without --nvrtc, NVRTC is looked for in the workspace's target/nvrtc, then on the system loader path.
+The cubin cache is created private (0700); one that is not the user's, or that group or others may
+write, is refused, since whoever writes it chooses the code the GPU runs.";
 
 /// Declared kernel variants (W4A16 GEMMs, MLA attention): list them, render them to CUDA, compile
 /// them with NVRTC; tune and benchmark the GEMMs.
@@ -27,7 +28,7 @@ Without --nvrtc, NVRTC is looked for in the workspace's target/nvrtc, then on th
 #[command(name = "kdtree-jit", version, after_help = ENVIRONMENT)]
 pub struct Cli {
     /// Directory holding libnvrtc.so.13, or a `pip install --target` root.
-    #[arg(long, global = true, env = probe::NVRTC_DIR_ENV, value_name = "DIR")]
+    #[arg(long, global = true, env = probe::NVRTC_DIR_ENV, value_name = "DIR", value_parser = non_empty_path(probe::NVRTC_DIR_ENV))]
     nvrtc: Option<PathBuf>,
 
     #[command(subcommand)]
@@ -53,10 +54,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Writes to stdout; an error (say, a closed pipe: `kdtree-jit list | head`) is returned, not a panic.
+/// [`kdtree_jit::stdout::emit`], a failure naming stdout.
 fn emit(text: &str) -> anyhow::Result<()> {
-    std::io::stdout().lock().write_all(text.as_bytes())?;
-    Ok(())
+    kdtree_jit::stdout::emit(text).context("writing to stdout")
+}
+
+/// The parser of a path flag that `env`, an environment variable, may also set: an empty path is
+/// refused saying so. clap's own error for one reads as if the flag were missing ("a value is
+/// required"), which misleads when the variable is set to nothing.
+fn non_empty_path(env: &'static str) -> impl Fn(&str) -> Result<PathBuf, String> + Clone + Send + Sync {
+    move |text| match text {
+        "" => Err(format!("the path is empty (is {env} set to nothing?): give a path, or unset {env}")),
+        path => Ok(PathBuf::from(path)),
+    }
 }
 
 /// `--arch`, or else the arch of GPU 0.

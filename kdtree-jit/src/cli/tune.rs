@@ -104,7 +104,7 @@ pub struct TuneArgs {
 #[derive(Debug, clap::Args)]
 pub struct Output {
     /// The tuning DB. Default: the user's cache directory, kdtree/tuning.json.
-    #[arg(long, env = db::ENV_VAR)]
+    #[arg(long, env = db::ENV_VAR, value_parser = super::non_empty_path(db::ENV_VAR))]
     pub db: Option<PathBuf>,
     /// Print the results as JSON on stdout instead of a table.
     #[arg(long)]
@@ -141,18 +141,18 @@ impl Output {
         if self.json {
             let (device, copy_gbps, flush) = (session.env.device.clone(), session.copy_gbps, session.flush_mode());
             let report = Report { device, copy_gbps, flush, rows, stale };
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        } else {
-            println!(
-                "{} ({} SMs), copy bandwidth {:.0} GB/s, L2 flushed by a {} before each rep",
-                session.env.device,
-                session.sms,
-                session.copy_gbps,
-                session.flush_mode()
-            );
-            report::write_table(&mut std::io::stdout().lock(), &rows)?;
+            return super::emit(&(serde_json::to_string_pretty(&report)? + "\n"));
         }
-        Ok(())
+        let mut text = format!(
+            "{} ({} SMs), copy bandwidth {:.0} GB/s, L2 flushed by a {} before each rep\n",
+            session.env.device,
+            session.sms,
+            session.copy_gbps,
+            session.flush_mode()
+        )
+        .into_bytes();
+        report::write_table(&mut text, &rows)?;
+        super::emit(&String::from_utf8(text)?)
     }
 }
 
@@ -253,11 +253,10 @@ fn run_mla(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
         eprintln!("{}: {} rejected: {}", tuned.key, r.variant, r.reason);
     }
     if args.out.json {
-        println!("{}", serde_json::to_string_pretty(&tuned)?);
-        return Ok(());
+        return super::emit(&(serde_json::to_string_pretty(&tuned)? + "\n"));
     }
-    println!(
-        "{} on {}: {} (mean {:.3}x the best over the grid), copy bandwidth {:.0} GB/s, saved to {}",
+    let head = format!(
+        "{} on {}: {} (mean {:.3}x the best over the grid), copy bandwidth {:.0} GB/s, saved to {}\n",
         tuned.key,
         session.env.device,
         tuned.variant,
@@ -281,8 +280,7 @@ fn run_mla(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
         })
         .collect();
     let header = ["rows", "context", "µs", "latent GB/s", "% of copy", "TFLOP/s", "best here (screen µs)"];
-    print!("{}", super::table(&header, &rows));
-    Ok(())
+    super::emit(&(head + &super::table(&header, &rows)))
 }
 
 /// The DB's path, the DB, and the cubin cache.

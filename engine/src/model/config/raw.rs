@@ -48,6 +48,9 @@ pub(super) struct Config {
     pub rms_norm_eps: Option<f64>,
     pub max_position_embeddings: Option<usize>,
     pub tie_word_embeddings: Option<bool>,
+    pub torch_dtype: Option<String>,
+    /// transformers 5's name of `torch_dtype`.
+    pub dtype: Option<String>,
     /// Read by [`crate::model::QuantConfig`], whose errors name keys under it.
     pub quantization_config: Option<Value>,
 }
