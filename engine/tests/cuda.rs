@@ -16,6 +16,7 @@ use kdtree_engine::registry::{Backend, KvStore};
 use kdtree_engine::spec::{LookupDrafter, TreeLimits};
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 use kdtree_engine::{Model, TreeMask, greedy_generate};
+use kdtree_jit::dense16::Dense16;
 use kdtree_jit::tune::bench::Timing;
 use kdtree_jit::tune::db::{Entry, TuningDb};
 use kdtree_jit::tune::env::Environment;
@@ -46,6 +47,17 @@ fn tuned() -> [(WeightShape, u32, W4a16); 3] {
     ]
 }
 
+/// The tiny model's dense weight shapes (N, K): q_a, kv_a, q_b, o_proj, the dense MLP's gate and up
+/// (stacked, the shape of the LM head and the embedding too) and down, the shared expert's.
+const DENSE: [(u32, u32); 7] = [(32, 64), (48, 64), (128, 32), (64, 64), (256, 64), (64, 128), (64, 32)];
+
+/// Streamed variants for the dense shapes, tuned (in the DB) faster than cuBLAS: exact mode's at M
+/// bucket 16 runs in blocks of 8 rows with split-K; fast mode's at M = 1.
+fn streamed() -> [(u32, Dense16); 2] {
+    let v = Dense16 { rows: 8, warps: 4, unroll: 1, stages: 3, split_k: 2, ..Dense16::default_for(Dtype::Bf16) };
+    [(16, v), (1, Dense16 { warps: 8, unroll: 2, stages: 2, split_k: 1, ..v })]
+}
+
 /// The variants whose rows are checked for independence, on a [M, 416] x [200, 416]ᵀ product.
 fn row_test_variants() -> Vec<W4a16> {
     let base = default_variant(&WeightShape { n: 200, k: 13 * 32, group_size: 32, dtype: Dtype::Bf16 });
@@ -68,13 +80,33 @@ fn the_variants_these_tests_run_are_valid_on_sm_90() {
     for v in tuned().map(|(_, _, v)| v).into_iter().chain(row_test_variants()) {
         assert_eq!(v.check(&target), Ok(()), "{}", v.name());
     }
+    for (_, v) in streamed() {
+        assert_eq!(v.check(&target), Ok(()), "{}", v.name());
+    }
 }
 
-/// A tuning DB, fresh for this GPU, holding [`tuned`].
+/// A tuning DB, fresh for this GPU, holding [`tuned`] and [`streamed`] for every [`DENSE`] shape.
 fn write_db(path: &Path) {
     let gpu = Gpu::open(0).expect("a GPU");
     let env = Environment::detect(&gpu).expect("environment");
     let timing = Timing { median_us: 1.0, p10_us: 1.0, p90_us: 1.0, reps: 1 };
+    let cublas = Timing { median_us: 2.0, ..timing };
+    let dense = DENSE.into_iter().flat_map(|(n, k)| streamed().map(|(bucket, v)| (Shape { n, k }, bucket, v)));
+    let dense: Vec<Entry> = dense
+        .map(|(shape, bucket, v)| Entry {
+            key: ProblemKey::dense16(bucket, shape, Dtype::Bf16, gpu.arch),
+            env: env.clone(),
+            variant: v.name(),
+            m: bucket,
+            timing,
+            error: 0.0,
+            peers: Peers { cublas_bf16: Some(cublas), cublas_f16: None, copy_gbps: 0.0 },
+            bytes: 0,
+            timed: 1,
+            rejected: Vec::new(),
+            tuned_at_unix: 0,
+        })
+        .collect();
     let entries = tuned().map(|(s, bucket, v)| Entry {
         key: ProblemKey::w4a16(bucket, Shape { n: s.n as u32, k: s.k as u32 }, 32, s.dtype, gpu.arch),
         env: env.clone(),
@@ -88,7 +120,8 @@ fn write_db(path: &Path) {
         rejected: Vec::new(),
         tuned_at_unix: 0,
     });
-    TuningDb { entries: entries.into(), ..TuningDb::default() }.save(path).expect("DB written");
+    let entries = entries.into_iter().chain(dense).collect();
+    TuningDb { entries, ..TuningDb::default() }.save(path).expect("DB written");
 }
 
 type OnGpu = Model<CudaBackend>;
@@ -98,7 +131,7 @@ struct Fixture {
     cpu: Model<CpuBackend>,
     /// Default variants (no DB).
     cuda: OnGpu,
-    /// Exact mode with the split-K DB.
+    /// Exact mode with the split-K DB (and streamed dense linears).
     tuned: OnGpu,
     /// Fast mode with the same DB.
     fast: OnGpu,
@@ -165,6 +198,13 @@ fn cuda_logits_match_the_cpu_backend_within_bf16_rounding() {
         // The INT4 experts run grouped (one w4a16_grouped launch per projection and layer), outside the
         // per-shape W4A16 plans, which only the INT4 linears would need; the tiny models have none.
         assert!(shapes.is_empty(), "no per-shape plans for grouped experts: {shapes:?}");
+        // Every dense shape runs streamed with the DB, on cuBLAS without.
+        let plans = model.backend().streamed_plans();
+        assert_eq!(plans.len(), DENSE.len(), "{name}: {plans:?}");
+        for (shape, variant) in plans {
+            assert!(DENSE.contains(&(shape.n as u32, shape.k as u32)), "{name}: {shape}");
+            assert_eq!(variant.is_some(), name != "default variants", "{name}: {shape}");
+        }
         let (_, logits) = prefill(model, &prompt);
         let err = MEASURE.error(&logits, &reference);
         println!("{name}: CUDA vs CPU logits, max |diff| / max |logit| = {err:.2e} (tolerance {TOLERANCE:.2e})");

@@ -10,6 +10,7 @@
 //! | the cubin cache on disk | [`Cache`] |
 //! | loading a cubin on the GPU | [`Gpu`] |
 //! | the W4A16 GEMM space, layout and launch | [`w4a16`] |
+//! | 16-bit weights streamed at a few rows (decode's bf16 projections) | [`dense16`] |
 //! | dense GEMMs by cuBLAS (the engine's, and the tuner's peers) | [`cublas`] |
 //!
 //! Declaring a space (the template is looked up only when rendering):
@@ -54,6 +55,7 @@ pub mod arch;
 pub mod cache;
 pub mod compile;
 pub mod cublas;
+pub mod dense16;
 mod elf;
 pub mod error;
 pub mod kernel;

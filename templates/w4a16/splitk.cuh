@@ -33,12 +33,16 @@ __device__ __forceinline__ float splitk_sum(const float* ws, size_t stride, int 
     return s;
 }
 
+// An element of Y: 16-bit (rounded to nearest even) or f32.
+__device__ __forceinline__ void put(u16* y, float v) { *y = from_f32(v); }
+__device__ __forceinline__ void put(float* y, float v) { *y = v; }
+
 // The end of a kernel whose block owns one 64-column tile of Y (`ntile`) and whose warps split K:
 // `red` ([WARPS][ROWS][64] f32 in shared memory, complete: call after a __syncthreads) holds
 // each warp's sums; they are added in warp order, then Y is written, or with split-K this
 // block's partial, and Y by the block that arrives last.
-template <int WARPS, int ROWS, int SPLIT_K>
-__device__ __forceinline__ void store_column_tile(const float* red, u16* y, float* workspace, int m, int n, int ntile) {
+template <int WARPS, int ROWS, int SPLIT_K, typename Out>
+__device__ __forceinline__ void store_column_tile(const float* red, Out* y, float* workspace, int m, int n, int ntile) {
     const size_t mn = (size_t)m * n;
     u32* counters = (u32*)workspace;  // one per 64-column tile: the grid's x
     float* partials = workspace + (SPLIT_K > 1 ? gridDim.x : 0);  // no workspace without split-K
@@ -48,7 +52,7 @@ __device__ __forceinline__ void store_column_tile(const float* red, u16* y, floa
         for (int w = 0; w < WARPS; ++w) v += red[(w * ROWS + r) * 64 + e % 64];
         if (r < m && col < n) {
             if (SPLIT_K == 1) {
-                y[(size_t)r * n + col] = from_f32(v);
+                put(y + (size_t)r * n + col, v);
             } else {
                 partials[blockIdx.y * mn + (size_t)r * n + col] = v;
             }
@@ -58,6 +62,6 @@ __device__ __forceinline__ void store_column_tile(const float* red, u16* y, floa
     if (!splitk_arrive(counters + ntile, SPLIT_K)) return;
     for (int e = threadIdx.x; e < ROWS * 64; e += WARPS * 32) {
         const int r = e / 64, col = ntile * 64 + e % 64;
-        if (r < m && col < n) y[(size_t)r * n + col] = from_f32(splitk_sum(partials, mn, SPLIT_K, (size_t)r * n + col));
+        if (r < m && col < n) put(y + (size_t)r * n + col, splitk_sum(partials, mn, SPLIT_K, (size_t)r * n + col));
     }
 }

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_engine::Model;
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, KvBudget, Mode, MoeKernels, Plan, Source};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, KvBudget, MAX_STREAMED_ROWS, Mode, MoeKernels, Plan, Source};
 use kdtree_engine::model::DEFAULT_PREFILL_CHUNK;
 use kdtree_engine::registry::{Backend, BackendKind, KvDtype, Selection, select};
 use kdtree_engine::table::table;
@@ -198,15 +198,21 @@ fn seconds(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(s).map_err(|_| format!("{text} seconds: a budget is 0 or more, and finite"))
 }
 
-/// One row per W4A16 weight shape: the variant it runs and where that came from, as a table and
-/// as JSON.
+/// One row per weight shape a kdtree-jit kernel can run: each W4A16 shape's variant and where it
+/// came from, and each dense 16-bit shape's streamed variant or cuBLAS; as a table and as JSON.
 pub fn variant_table(cuda: &CudaBackend) -> (String, serde_json::Value) {
-    let plans = cuda.plans();
-    if plans.is_empty() {
+    let (plans, streamed) = (cuda.plans(), cuda.streamed_plans());
+    if plans.is_empty() && streamed.is_empty() {
         return (String::new(), serde_json::Value::Array(Vec::new()));
     }
-    let mut t = table(&["W4A16 shape", "M", "variant", "source"], &[1]);
+    let mut t = table(&["weight shape", "M", "variant", "source"], &[1]);
     let mut rows = Vec::new();
+    // The table's cells (shape, M, variant, source), and the JSON's shape and source.
+    let mut row = |cells: [String; 4], shape: serde_json::Value, source: serde_json::Value| {
+        let [_, m, variant, _] = &cells;
+        rows.push(serde_json::json!({ "shape": shape, "m": m, "variant": variant, "source": source }));
+        t.add_row(cells.to_vec());
+    };
     for (shape, plan) in plans {
         for (m, choice) in rows_of(&plan) {
             let source = match &choice.source {
@@ -214,11 +220,20 @@ pub fn variant_table(cuda: &CudaBackend) -> (String, serde_json::Value) {
                 Source::Tuned { bucket, nearest: true } => format!("tuned at M bucket {bucket} (nearest)"),
                 Source::Default { reason } => format!("default: {reason}"),
             };
-            t.add_row(vec![shape.to_string(), m.clone(), choice.variant.name(), source]);
-            rows.push(serde_json::json!({
-                "shape": shape, "m": m, "variant": choice.variant.name(), "source": choice.source,
-            }));
+            let cells = [format!("W4A16 {shape}"), m, choice.variant.name(), source];
+            row(cells, serde_json::json!(shape), serde_json::json!(choice.source));
         }
+    }
+    for (shape, variant) in streamed {
+        let (m, variant, source) = match variant {
+            Some(v) => (format!("1-{MAX_STREAMED_ROWS}"), v.name(), "tuned, faster than cuBLAS"),
+            None => ("all".to_owned(), "cuBLAS".to_owned(), "no tuned streamed variant faster than cuBLAS"),
+        };
+        row(
+            [format!("dense {shape}"), m, variant, source.to_owned()],
+            serde_json::json!(shape),
+            serde_json::json!(source),
+        );
     }
     (format!("{t}\n"), serde_json::Value::Array(rows))
 }

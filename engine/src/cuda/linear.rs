@@ -8,6 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaSlice};
 use half::bf16;
 use kdtree_jit::cublas::{self, GemmType};
+use kdtree_jit::dense16::Dense16Kernel;
 use kdtree_jit::w4a16::GemmBuffers;
 use kdtree_jit::w4a16::dense::{DenseKernel, DenseVariant, Layout};
 use kdtree_quant::{Dtype, QuantizedWeight};
@@ -16,6 +17,7 @@ use super::CudaBackend;
 use super::gemm::{self, EXACT_ROWS, GemmInput};
 use super::ops;
 use super::select::{Mode, Plan, WeightShape};
+use super::streamed::{self, DenseShape, MAX_STREAMED_ROWS};
 use super::tensor::CudaTensor;
 use crate::error::{EngineError, Result};
 use crate::registry::{DenseValues, DenseWeight};
@@ -53,8 +55,9 @@ impl ShapeKernels {
 
 /// A linear layer's weight on the GPU.
 pub enum CudaLinear {
-    /// bf16 or f16 bits `[n, k]` (an f32 checkpoint weight is rounded to bf16 when uploaded).
-    Dense { n: usize, k: usize, dtype: Dtype, w: CudaSlice<u16> },
+    /// bf16 or f16 bits `[n, k]` (an f32 checkpoint weight is rounded to bf16 when uploaded), and
+    /// the streamed kernel that runs it at up to [`MAX_STREAMED_ROWS`] rows, if one was chosen.
+    Dense { n: usize, k: usize, dtype: Dtype, w: CudaSlice<u16>, streamed: Option<Arc<Dense16Kernel>> },
     /// INT4 in each layout of its shape's kernels: (layout, packed, scales).
     Int4 { n: usize, k: usize, layouts: Vec<(Layout, CudaSlice<u32>, CudaSlice<u16>)>, kernels: Arc<ShapeKernels> },
 }
@@ -90,7 +93,8 @@ impl CudaLinear {
                 (Dtype::Bf16, s.clone_htod(&bits)?)
             }
         };
-        Ok(CudaLinear::Dense { n: w.n, k: w.k, dtype, w: w16 })
+        let streamed = b.streamed_kernel(DenseShape { n: w.n, k: w.k, dtype })?;
+        Ok(CudaLinear::Dense { n: w.n, k: w.k, dtype, w: w16, streamed })
     }
 
     /// Repacks `w` into each layout of the kernels' plan (one, unless fast mode mixes the tiles and
@@ -121,14 +125,24 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, w: &CudaLinear) -> Result
     if x.cols != k {
         return Err(EngineError::InvalidArgument(format!("linear: rows of {} against a weight's K of {k}", x.cols)));
     }
+    let streamed = match w {
+        CudaLinear::Dense { streamed: Some(kernel), .. } if m <= MAX_STREAMED_ROWS => Some(kernel),
+        _ => None,
+    };
     let padded = match (w, b.mode()) {
-        (CudaLinear::Dense { .. }, Mode::Exact { .. }) => gemm::padded_rows(m),
+        (CudaLinear::Dense { .. }, Mode::Exact { .. }) if streamed.is_none() => gemm::padded_rows(m),
         _ => m,
     };
     let xh = to_half(b, x, w.dtype(), padded)?;
     let input = if w.dtype() == Dtype::F16 { GemmInput::F16 } else { GemmInput::Bf16 };
     match w {
-        CudaLinear::Dense { w, .. } => Ok(CudaTensor { data: dense(b, input, &xh, w, (m, n, k))?, rows: m, cols: n }),
+        CudaLinear::Dense { w, .. } => {
+            let data = match streamed {
+                Some(kernel) => streamed::forward(b, kernel, &xh, w, (m, n, k))?,
+                None => dense(b, input, &xh, w, (m, n, k))?,
+            };
+            Ok(CudaTensor { data, rows: m, cols: n })
+        }
         CudaLinear::Int4 { .. } => {
             let y = int4_half(b, &xh, m, w)?;
             let mut out = b.output::<f32>(m * n)?;

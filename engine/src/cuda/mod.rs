@@ -6,7 +6,7 @@
 //!
 //! | op | how |
 //! |---|---|
-//! | dense linears, the router, the LM head | cuBLAS (bf16/f16 in, f32 out; f32 for the router), [`gemm`] |
+//! | dense linears, the router, the LM head | cuBLAS (bf16/f16 in, f32 out; f32 for the router), [`gemm`]; at up to 128 rows the streamed 16-bit variant where the tuning DB has one faster than cuBLAS ([`streamed`]) |
 //! | W4A16 linears | the tuned kdtree-jit variant of the weight's shape ([`select`]) |
 //! | W4A16 shapes the tuning DB lacks | tuned before the load, within a budget ([`CudaBackend::tune_at_startup`]) |
 //! | embedding, RMSNorm, rope, casts, residual adds | `#[kernel]`s of kdtree-kernels |
@@ -27,6 +27,7 @@ mod moe;
 mod ops;
 mod select;
 mod startup_tune;
+mod streamed;
 mod tensor;
 
 use std::collections::{BTreeMap, HashMap};
@@ -50,6 +51,7 @@ pub use mla::{CudaAbsorb, MlaKernels};
 pub use moe::CudaExperts;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
 pub use startup_tune::{Missing, TuneSummary, missing};
+pub use streamed::{DenseShape, MAX_STREAMED_ROWS};
 use tensor::HostBatch;
 pub use tensor::{CudaBatch, CudaTensor};
 
@@ -116,6 +118,8 @@ pub struct CudaBackend {
     /// `None` when the cache directory cannot be opened: kernels then compile every time.
     cache: Option<Cache>,
     shapes: Mutex<BTreeMap<WeightShape, Arc<ShapeKernels>>>,
+    /// The streamed kernel of each dense weight shape loaded so far; `None` where cuBLAS runs it.
+    streamed: Mutex<BTreeMap<DenseShape, Option<Arc<kdtree_jit::dense16::Dense16Kernel>>>>,
     /// Experts launched by MoE layers since the last [`CudaBackend::take_experts_launched`].
     experts_launched: AtomicUsize,
     /// While profiling: each op's class and the events recorded around it on the stream.
@@ -170,6 +174,7 @@ impl CudaBackend {
             _blas_workspace: blas_workspace,
             cache,
             shapes: Mutex::default(),
+            streamed: Mutex::default(),
             experts_launched: AtomicUsize::new(0),
             profile: Mutex::default(),
         })

@@ -1,6 +1,7 @@
 //! The variant families `list`, `render` and `compile` serve: every kernel family the toolkit and the
 //! engine run, each a declared space.
 
+use kdtree_jit::dense16::Dense16;
 use kdtree_jit::mla::{MlaAux, MlaDecode};
 use kdtree_jit::w4a16::W4a16;
 use kdtree_jit::w4a16::grouped::W4a16Grouped;
@@ -21,6 +22,8 @@ pub enum Family {
     Mla,
     /// MLA's absorb, unabsorb, cache append and gather.
     MlaAux,
+    /// 16-bit weights streamed at a few rows: the bf16 projections of a decode step.
+    Dense16,
 }
 
 /// One point of a family's space as `list` reports it.
@@ -64,6 +67,7 @@ impl Family {
             Family::Grouped => W4a16Grouped::SPACE,
             Family::Mla => MlaDecode::SPACE,
             Family::MlaAux => MlaAux::SPACE,
+            Family::Dense16 => Dense16::SPACE,
         }
     }
 
@@ -81,6 +85,7 @@ impl Family {
             Family::Grouped => points_of::<W4a16Grouped>(&target),
             Family::Mla => points_of::<MlaDecode>(&target),
             Family::MlaAux => points_of::<MlaAux>(&target),
+            Family::Dense16 => points_of::<Dense16>(&target),
         }
     }
 
@@ -102,6 +107,7 @@ impl Family {
             Family::Grouped => compile_of::<W4a16Grouped>(&target, arch, filter, cache, progress),
             Family::Mla => compile_of::<MlaDecode>(&target, arch, filter, cache, progress),
             Family::MlaAux => compile_of::<MlaAux>(&target, arch, filter, cache, progress),
+            Family::Dense16 => compile_of::<Dense16>(&target, arch, filter, cache, progress),
         }
     }
 
@@ -121,4 +127,5 @@ pub fn render_named(name: &str) -> Option<kdtree_jit::Result<String>> {
         .or_else(|| of::<W4a16Grouped>(name))
         .or_else(|| of::<MlaDecode>(name))
         .or_else(|| of::<MlaAux>(name))
+        .or_else(|| of::<Dense16>(name))
 }

@@ -9,6 +9,7 @@ use kdtree_quant::Dtype;
 
 use kdtree_jit::mla::MlaShape;
 use kdtree_jit::tune::db::{self, TuningDb};
+use kdtree_jit::tune::dense16::{self, tune_dense16};
 use kdtree_jit::tune::flush::FlushMode;
 use kdtree_jit::tune::key::{self, M_BUCKETS, MoePreset, RoutingDist, Shape};
 use kdtree_jit::tune::mla::{self, tune_mla};
@@ -52,7 +53,14 @@ engine's): every valid decode variant is gated against the CPU reference on a ca
 tree, then screened at every (--rows, --context) point of a causal chain (L2 flushed); the variant
 with the smallest mean of (its time / the point's best) wins, one for every forward, since a tree
 row equals greedy decoding's only under the same variant. The engine reads it from the DB at load
-(--mla-variant overrides).";
+(--mla-variant overrides).
+
+kimi-k2-bf16 tunes the streamed 16-bit family (dense16: W as the checkpoint stores it, Y in f32) on
+K2's bf16 decode weights, per shape and --m: the variants whose rows are M's bucket within 8..32 are
+gated against the CPU reference (exact products, summed in f64) and timed as above, and cuBLAS (bf16
+in, f32 out, the engine's other path) is timed on the same data, at M and at the 128 padded rows
+that the engine's exact mode calls it with. The engine uses a shape's variant
+for forwards of up to 128 rows where it beat cuBLAS at the M exact mode asks for.";
 
 /// Tune W4A16 GEMM variants on this GPU and store the winners in the tuning DB.
 #[derive(Debug, clap::Args)]
@@ -68,7 +76,8 @@ pub struct TuneArgs {
     /// shapes, top-8, one grouped variant for both projections, per T = 1, 2, 4, ..., 256 tokens and
     /// routing (--routing). kimi-k2-mla: K2's absorbed MLA attention (64 heads, latent 512, rope 64):
     /// one decode variant for every row count and context (exact decoding runs one), the one
-    /// nearest the best over --rows x --context.
+    /// nearest the best over --rows x --context. kimi-k2-bf16: K2's bf16 decode weights (attention
+    /// projections, shared and dense MLPs) on the streamed 16-bit family, beside cuBLAS, at --m.
     #[arg(long, required_unless_present = "shape", conflicts_with = "shape")]
     pub preset: Option<String>,
     /// kimi-k2-mla: the new rows per launch the grid times [default: 1,8,64].
@@ -182,6 +191,8 @@ impl Routings {
 /// The MLA preset's name and head sizes (Kimi K2's; the scale does not change the time).
 const MLA_PRESET: &str = "kimi-k2-mla";
 const K2_MLA: MlaShape = MlaShape { heads: 64, nope: 128, rope: 64, v: 128, latent: 512, scale: 0.1352 };
+/// The streamed 16-bit preset's name.
+const DENSE16_PRESET: &str = "kimi-k2-bf16";
 
 pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
     if args.preset.as_deref() == Some(MLA_PRESET) {
@@ -196,11 +207,18 @@ pub fn run(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
     if args.routing.is_some() {
         bail!("--routing is for the MoE presets ({}) only", moe_names());
     }
+    if args.preset.as_deref() == Some(DENSE16_PRESET) {
+        return run_dense16(args, nvrtc);
+    }
     let mut request = match &args.preset {
         Some(name) => {
             let names: Vec<&str> = key::PRESETS.iter().map(|p| p.name).collect();
             let p = key::preset(name).with_context(|| {
-                format!("unknown preset `{name}`: the presets are {}, {}, {MLA_PRESET}", names.join(", "), moe_names())
+                format!(
+                    "unknown preset `{name}`: the presets are {}, {}, {MLA_PRESET}, {DENSE16_PRESET}",
+                    names.join(", "),
+                    moe_names()
+                )
             })?;
             TuneRequest::preset(p)
         }
@@ -281,6 +299,73 @@ fn run_mla(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
         .collect();
     let header = ["rows", "context", "µs", "latent GB/s", "% of copy", "TFLOP/s", "best here (screen µs)"];
     super::emit(&(head + &super::table(&header, &rows)))
+}
+
+/// `--preset kimi-k2-bf16`: the streamed 16-bit variant per K2 bf16 shape and M, beside cuBLAS,
+/// saved in the DB; a table (or JSON) on stdout.
+fn run_dense16(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
+    if args.m.iter().any(|&m| m == 0 || m > 1024) {
+        bail!("--m must be in 1..=1024 for {DENSE16_PRESET}");
+    }
+    let gpu = args.out.open_gpu(nvrtc, "tune")?;
+    let mut session = Session::open(&gpu, args.out.flush)?;
+    let (db_path, mut db, cache) = open_stores(&args.out)?;
+    let mut progress: Option<ProgressBar> = None;
+    let problems = (&dense16::KIMI_K2_BF16[..], &args.m[..], args.dtype);
+    let tuned = tune_dense16(&mut session, &mut db, Some(&cache), problems, &mut |done, total| {
+        progress.get_or_insert_with(|| bar(total as u64, "tune")).set_position(done as u64)
+    })?;
+    progress.inspect(ProgressBar::finish_and_clear);
+    db.save(&db_path)?;
+    for t in &tuned {
+        for r in &t.rejected {
+            eprintln!("{}: {} rejected: {}", t.key, r.variant, r.reason);
+        }
+    }
+    if args.out.json {
+        let report = serde_json::json!({
+            "device": session.env.device,
+            "copy_gbps": session.copy_gbps,
+            "flush": session.flush_mode(),
+            "rows": tuned,
+        });
+        return super::emit(&(serde_json::to_string_pretty(&report)? + "\n"));
+    }
+    let head = format!(
+        "{} ({} SMs), copy bandwidth {:.0} GB/s, saved to {}\n",
+        session.env.device,
+        session.sms,
+        session.copy_gbps,
+        db_path.display()
+    );
+    let us = |t: Option<kdtree_jit::tune::bench::Timing>| t.map_or("-".to_owned(), |t| format!("{:.1}", t.median_us));
+    let rows: Vec<Vec<String>> = tuned
+        .iter()
+        .map(|t| {
+            let ratio = match (t.timing, t.cublas) {
+                (Some(ours), Some(blas)) => format!("{:.2}x", blas.median_us / ours.median_us),
+                _ => "-".to_owned(),
+            };
+            vec![
+                t.key.shape().to_string(),
+                t.key.m_bucket.to_string(),
+                t.variant.clone().unwrap_or_else(|| "none correct".to_owned()),
+                us(t.timing),
+                t.gbps.map_or("-".to_owned(), |g| format!("{g:.0}")),
+                t.gbps.map_or("-".to_owned(), |g| format!("{:.0}%", 100.0 * g / session.copy_gbps)),
+                us(t.cublas),
+                ratio,
+                us(t.cublas_padded),
+            ]
+        })
+        .collect();
+    let header = ["N x K", "M", "variant", "µs", "GB/s", "% of copy", "cuBLAS µs", "speedup", "cuBLAS 128 rows µs"];
+    super::emit(&(head + &super::table(&header, &rows)))?;
+    let failed: Vec<String> = tuned.iter().filter(|t| t.variant.is_none()).map(|t| t.key.to_string()).collect();
+    if !failed.is_empty() {
+        bail!("no correct variant for {}", failed.join(", "));
+    }
+    Ok(())
 }
 
 /// The DB's path, the DB, and the cubin cache.

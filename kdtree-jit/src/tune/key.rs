@@ -16,6 +16,9 @@ pub(crate) const OP_W4A16_MOE: &str = "w4a16_moe";
 /// bits must not depend on the batch, so exact decoding runs one variant), chosen over a grid of both.
 pub(crate) const OP_MLA: &str = "mla";
 
+/// The op of a streamed 16-bit product's key: `Y = X · Wᵀ` with W in the key's dtype, Y in f32.
+pub(crate) const OP_DENSE16: &str = "dense16";
+
 /// The M buckets a model's decode GEMMs are tuned at: a DDTree forward runs 1..128 tokens.
 pub const M_BUCKETS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
@@ -74,6 +77,11 @@ impl ProblemKey {
         ProblemKey { op: OP_W4A16.into(), m_bucket: m_bucket(m), n, k, group_size, dtype, arch, moe: None, mla: None }
     }
 
+    /// The key of a streamed 16-bit product ([`crate::dense16`]) of `m` rows.
+    pub fn dense16(m: u32, shape: Shape, dtype: Dtype, arch: Arch) -> ProblemKey {
+        ProblemKey { op: OP_DENSE16.into(), group_size: 0, ..ProblemKey::w4a16(m, shape, 0, dtype, arch) }
+    }
+
     /// The key of MLA attention with these head sizes (bf16 cache and queries): `n` is the heads,
     /// `k` an entry's width, and one bucket holds every row count.
     pub fn mla(key: MlaKey, arch: Arch) -> ProblemKey {
@@ -124,6 +132,7 @@ impl std::fmt::Display for ProblemKey {
             return write!(f, "mla {heads} heads, latent {latent} + rope {rope}");
         }
         match self.moe_shape() {
+            None if self.op == OP_DENSE16 => write!(f, "dense16 {} {} M={}", self.dtype, self.shape(), self.m_bucket),
             None => write!(f, "{} M={}", self.shape(), self.m_bucket),
             Some(layer) => write!(f, "{layer} T={}", self.m_bucket),
         }

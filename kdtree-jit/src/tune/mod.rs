@@ -12,6 +12,7 @@
 //! | the W4A16 candidates on the GPU | `gpu` |
 //! | grouped MoE steps: routing draws, pruning, data and reference, the engine's lookup | [`moe`] |
 //! | grouped MoE steps on the GPU | [`moe_gpu`] |
+//! | streamed 16-bit weights per shape and M, beside cuBLAS | [`dense16`] |
 //! | MLA attention: one decode variant per head shape over a grid of rows and contexts | [`mla`] |
 //! | the device side of a run: compile once, then every M of a shape | [`session`] |
 //! | a whole run as one call: plan, compile, tune, save; a deadline | [`run`] |
@@ -39,6 +40,7 @@
 pub mod bench;
 pub mod clock;
 pub mod db;
+pub mod dense16;
 pub mod env;
 pub mod error;
 pub mod flush;

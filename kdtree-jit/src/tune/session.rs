@@ -30,7 +30,7 @@ pub struct Session<'g> {
     pub(super) clock: CudaClock,
     pub(super) flusher: Flusher,
     /// `None` where libcublas is missing: the results then carry no cuBLAS peer.
-    blas: Option<CudaBlas>,
+    pub(super) blas: Option<CudaBlas>,
 }
 
 /// The M to tune at and the candidates to try there.
