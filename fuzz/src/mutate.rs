@@ -1,6 +1,8 @@
 //! Hostile edits of input files: JSON documents (keys removed, values replaced by huge, negative,
 //! tiny, wrongly typed ones) and raw bytes (truncated, flipped, extended).
 
+use std::collections::BTreeSet;
+
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -70,16 +72,21 @@ fn parent<'a>(doc: &'a mut Value, path: &[Step]) -> Option<(&'a mut Value, Step)
 }
 
 impl Edit {
-    pub fn apply(&self, doc: &mut Value) {
+    /// Applies the edit; returns the object keys on the path of the value it edited
+    /// (`["rope_scaling", "factor"]`), which an error about the edit should name.
+    pub fn apply(&self, doc: &mut Value) -> Vec<String> {
         let all = paths(doc);
         if all.is_empty() {
-            return;
+            return Vec::new();
         }
         let (index, replacement) = match self {
             Edit::Remove(i) => (i, None),
             Edit::Replace(i, v) => (i, Some(v)),
         };
-        let Some((parent, last)) = parent(doc, &all[index.of(all.len())]) else { return };
+        let path = &all[index.of(all.len())];
+        let keys =
+            path.iter().filter_map(|step| if let Step::Key(k) = step { Some(k.clone()) } else { None }).collect();
+        let Some((parent, last)) = parent(doc, path) else { return keys };
         match (parent, last, replacement) {
             (Value::Object(map), Step::Key(k), None) => {
                 map.remove(&k);
@@ -93,6 +100,7 @@ impl Edit {
             (Value::Array(items), Step::At(i), Some(v)) => items[i] = v.clone(),
             _ => {}
         }
+        keys
     }
 }
 
@@ -141,9 +149,14 @@ pub fn edits() -> impl Strategy<Value = Vec<Edit>> {
 
 /// `doc` with `edits` applied.
 pub fn edited(doc: &Value, edits: &[Edit]) -> Value {
+    edited_keys(doc, edits).0
+}
+
+/// `doc` with `edits` applied, and every key on the paths of the values edited.
+pub fn edited_keys(doc: &Value, edits: &[Edit]) -> (Value, BTreeSet<String>) {
     let mut doc = doc.clone();
-    edits.iter().for_each(|e| e.apply(&mut doc));
-    doc
+    let keys = edits.iter().flat_map(|e| e.apply(&mut doc)).collect();
+    (doc, keys)
 }
 
 /// One edit of a byte string.
@@ -198,7 +211,9 @@ mod tests {
         assert_eq!(paths(&doc).len(), 5);
         let removed = edited(&doc, &[Edit::Remove(At(4))]);
         assert_eq!(paths(&removed).len(), 4, "{removed}");
-        let replaced = edited(&doc, &[Edit::Replace(At(0), json!("x"))]);
+        let (replaced, keys) = edited_keys(&doc, &[Edit::Replace(At(0), json!("x")), Edit::Remove(At(3))]);
         assert_eq!(replaced["a"], "x");
+        // The array element's path names the keys above it.
+        assert_eq!(keys, BTreeSet::from(["a".to_owned(), "b".to_owned(), "c".to_owned()]));
     }
 }

@@ -162,7 +162,14 @@ impl Config {
         }
         let eligible = self.topk_group * self.n_routed_experts / self.n_group.max(1);
         if moe && (self.num_experts_per_tok == 0 || self.num_experts_per_tok > eligible) {
-            return bad("num_experts_per_tok", "must be in 1..=experts in the topk_group groups");
+            // Names every key the bound comes from: an edit of any of them can break it.
+            let (k, experts, groups, topk) =
+                (self.num_experts_per_tok, self.n_routed_experts, self.n_group, self.topk_group);
+            let reason = format!(
+                "is {k}, must be in 1..={eligible}: the experts in topk_group ({topk}) of the n_group ({groups}) groups \
+                 of n_routed_experts ({experts})"
+            );
+            return Err(err(file, "num_experts_per_tok", reason));
         }
         Ok(())
     }
