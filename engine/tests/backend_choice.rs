@@ -53,16 +53,6 @@ fn opening_cuda_returns_a_backend_or_an_error_never_a_panic() {
 const ARCH: Arch = Arch(90);
 const SHAPE: WeightShape = WeightShape { n: 4096, k: 7168, group_size: 32, dtype: Dtype::Bf16 };
 
-fn env() -> Environment {
-    Environment {
-        device: "NVIDIA H200".into(),
-        compute_capability: (9, 0),
-        driver: 13000,
-        nvrtc: (13, 0),
-        templates: "abc".into(),
-    }
-}
-
 /// The default variant with some axes changed: a variant named through the generated type.
 fn variant(algo: Algo, bm: u32, split_k: u32) -> DenseVariant {
     let stages = if algo == Algo::Gemv { 1 } else { 4 };
@@ -93,7 +83,7 @@ fn db(entries: Vec<Entry>) -> TuningDb {
 #[test]
 fn exact_mode_takes_the_dbs_pick_for_the_asked_bucket_for_every_m() {
     let (gemv, mma16, mma64) = (variant(Algo::Gemv, 1, 4), variant(Algo::Mma, 16, 4), variant(Algo::Mma, 64, 1));
-    let e = env();
+    let e = Environment::sample_h200();
     let db = db(vec![entry(1, &gemv, &e), entry(16, &mma16, &e), entry(64, &mma64, &e)]);
     let p = plan(&db, &e, ARCH, &SHAPE, Mode::Exact { m: 9 });
     assert_eq!(p.general.variant, mma16);
@@ -108,29 +98,29 @@ fn exact_mode_takes_the_dbs_pick_for_the_asked_bucket_for_every_m() {
 
 #[test]
 fn a_stale_or_missing_entry_falls_back_to_the_default_with_the_reason() {
-    let mut newer_driver = env();
+    let mut newer_driver = Environment::sample_h200();
     newer_driver.driver = 13010;
-    let stale = db(vec![entry(16, &variant(Algo::Mma, 32, 4), &env())]);
+    let stale = db(vec![entry(16, &variant(Algo::Mma, 32, 4), &Environment::sample_h200())]);
     let p = plan(&stale, &newer_driver, ARCH, &SHAPE, Mode::Exact { m: 16 });
     assert_eq!(p.general.variant, DenseVariant::Tiles(default_variant(&SHAPE)));
     let Source::Default { reason } = &p.general.source else { panic!("{:?}", p.general.source) };
     assert!(reason.contains("stale") && reason.contains("driver was 13000, is 13010"), "{reason}");
 
     let other_shape = WeightShape { n: 7168, ..SHAPE };
-    let p = plan(&stale, &env(), ARCH, &other_shape, Mode::Exact { m: 16 });
+    let p = plan(&stale, &Environment::sample_h200(), ARCH, &other_shape, Mode::Exact { m: 16 });
     assert_eq!(p.general.variant, DenseVariant::Tiles(default_variant(&other_shape)));
     assert_eq!(p.general.source, Source::Default { reason: "not in the tuning DB".into() });
 
     // Fast mode's variant beyond the buckets must serve every M in one launch: not a gemv.
-    let gemv_only = db(vec![entry(128, &variant(Algo::Gemv, 1, 1), &env())]);
-    let p = plan(&gemv_only, &env(), ARCH, &SHAPE, Mode::Fast);
+    let gemv_only = db(vec![entry(128, &variant(Algo::Gemv, 1, 1), &Environment::sample_h200())]);
+    let p = plan(&gemv_only, &Environment::sample_h200(), ARCH, &SHAPE, Mode::Fast);
     assert!(matches!(&p.general.source, Source::Default { reason } if reason.contains("every M")), "{p:?}");
 }
 
 #[test]
 fn fast_mode_runs_each_buckets_pick_and_the_largest_buckets_beyond() {
     let (gemv, mma16, mma128) = (variant(Algo::Gemv, 1, 4), variant(Algo::Mma, 16, 4), variant(Algo::Mma, 64, 1));
-    let e = env();
+    let e = Environment::sample_h200();
     let db = db(vec![entry(1, &gemv, &e), entry(16, &mma16, &e), entry(128, &mma128, &e)]);
     let p = plan(&db, &e, ARCH, &SHAPE, Mode::Fast);
     assert_eq!(*p.variant_for(1), gemv);
@@ -145,7 +135,7 @@ fn fast_mode_runs_each_buckets_pick_and_the_largest_buckets_beyond() {
 #[test]
 fn a_wgmma_pick_serves_every_m_on_sm_90_and_is_passed_over_elsewhere() {
     let wgmma = DenseVariant::from_name("w4a16_wgmma_bf16_g32_m64n128k128_s4_sk2_f32acc").expect("a wgmma variant");
-    let (e, gemv) = (env(), variant(Algo::Gemv, 1, 4));
+    let (e, gemv) = (Environment::sample_h200(), variant(Algo::Gemv, 1, 4));
     let db = db(vec![entry(1, &gemv, &e), entry(64, &wgmma, &e)]);
     // Exact mode at M = 64 runs it for every M (it has no row limit), from its sm_90a cubin.
     let p = plan(&db, &e, ARCH, &SHAPE, Mode::Exact { m: 64 });
@@ -163,12 +153,15 @@ fn a_wgmma_pick_serves_every_m_on_sm_90_and_is_passed_over_elsewhere() {
 fn a_db_read_from_disk_plans_like_the_one_in_memory() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tuning.json");
-    let in_memory = db(vec![entry(16, &variant(Algo::Mma, 32, 4), &env())]);
+    let in_memory = db(vec![entry(16, &variant(Algo::Mma, 32, 4), &Environment::sample_h200())]);
     in_memory.save(&path).unwrap();
     let read = TuningDb::open(&path).unwrap();
     let mode = Mode::Exact { m: 16 };
-    assert_eq!(plan(&read, &env(), ARCH, &SHAPE, mode), plan(&in_memory, &env(), ARCH, &SHAPE, mode));
-    assert_eq!(plan(&read, &env(), ARCH, &SHAPE, mode).general.variant, variant(Algo::Mma, 32, 4));
+    assert_eq!(
+        plan(&read, &Environment::sample_h200(), ARCH, &SHAPE, mode),
+        plan(&in_memory, &Environment::sample_h200(), ARCH, &SHAPE, mode)
+    );
+    assert_eq!(plan(&read, &Environment::sample_h200(), ARCH, &SHAPE, mode).general.variant, variant(Algo::Mma, 32, 4));
 }
 
 #[test]

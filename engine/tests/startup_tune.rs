@@ -41,13 +41,7 @@ fn the_kimi_k2_presets_hold_the_shapes_the_engine_plans_for_k2s_experts() {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_model(dir.path(), &k2_experts()).unwrap();
     let weights = int4_weights(dir.path()).unwrap();
-    let env = Environment {
-        device: "NVIDIA H200".into(),
-        compute_capability: (9, 0),
-        driver: 13000,
-        nvrtc: (13, 0),
-        templates: "ab".repeat(32),
-    };
+    let env = Environment::sample_h200();
     let empty = TuningDb::default();
     let planned = missing(&weights, MoeKernels::PerExpert, Mode::Exact { m: 1 }, &empty, &env, Arch(90));
     let shapes: BTreeSet<Shape> = planned.w4a16.iter().map(|(s, _)| Shape { n: s.n as u32, k: s.k as u32 }).collect();

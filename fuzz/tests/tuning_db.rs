@@ -13,16 +13,6 @@ use kdtree_quant::Dtype;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Run, TestRunner};
 
-fn env() -> Environment {
-    Environment {
-        device: "NVIDIA H200".into(),
-        compute_capability: (9, 0),
-        driver: 13000,
-        nvrtc: (13, 0),
-        templates: "ab".repeat(32),
-    }
-}
-
 fn key(m: u32) -> ProblemKey {
     ProblemKey::w4a16(m, Shape { n: 4096, k: 7168 }, 32, Dtype::Bf16, Arch(90))
 }
@@ -33,7 +23,7 @@ fn db() -> TuningDb {
     for m in [1, 16] {
         db.insert(Entry {
             key: key(m),
-            env: env(),
+            env: Environment::sample_h200(),
             variant: format!("w4a16_v{m}"),
             m,
             timing: t,
@@ -49,7 +39,7 @@ fn db() -> TuningDb {
         variant: "w4a16_huge".into(),
         arch: Arch(90),
         nvrtc: (13, 0),
-        templates: env().templates,
+        templates: Environment::sample_h200().templates,
         log: "too many resources".into(),
     });
     db
@@ -70,9 +60,9 @@ fn edited_tuning_dbs_open_or_fail_and_never_panic() {
             std::fs::write(&path, &text).unwrap();
             if let Ok(db) = TuningDb::open(&path) {
                 for m in [1, 2, 16, 4096] {
-                    let _ = db.lookup(&key(m), &env(), |_| true);
+                    let _ = db.lookup(&key(m), &Environment::sample_h200(), |_| true);
                 }
-                let _ = db.partition(&env());
+                let _ = db.partition(&Environment::sample_h200());
                 let _ = std::fs::remove_file(&copy);
                 db.save(&copy).unwrap();
                 prop_assert!(TuningDb::open(&copy).is_ok(), "a saved DB reads back");

@@ -13,16 +13,6 @@ use kdtree_quant::Dtype;
 
 const SHAPE: Shape = Shape { n: 4096, k: 7168 };
 
-fn h200() -> Environment {
-    Environment {
-        device: "NVIDIA H200".into(),
-        compute_capability: (9, 0),
-        driver: 13000,
-        nvrtc: (13, 0),
-        templates: "ab".repeat(32),
-    }
-}
-
 fn key(m: u32) -> ProblemKey {
     ProblemKey::w4a16(m, SHAPE, 32, Dtype::Bf16, Arch(90))
 }
@@ -61,11 +51,11 @@ fn an_entry_from_another_environment_is_never_used_and_is_reported_stale() {
         ("templates hash", |e| e.templates.replace_range(60.., "cd")),
     ];
     for (field, change) in changes {
-        let mut other = h200();
+        let mut other = Environment::sample_h200();
         change(&mut other);
         let db = db_with([entry(key(16), other, "w4a16_old")]);
-        assert!(db.best_variant(&key(16), &h200()).is_none(), "{field}: a stale entry was used");
-        let lookup = db.lookup(&key(16), &h200(), |_| true);
+        assert!(db.best_variant(&key(16), &Environment::sample_h200()).is_none(), "{field}: a stale entry was used");
+        let lookup = db.lookup(&key(16), &Environment::sample_h200(), |_| true);
         assert!(lookup.hit.is_none());
         assert_eq!(lookup.stale.len(), 1, "{field}");
         let fields: Vec<&str> = lookup.stale[0].differences.iter().map(|d| d.field).collect();
@@ -75,11 +65,11 @@ fn an_entry_from_another_environment_is_never_used_and_is_reported_stale() {
 
 #[test]
 fn a_stale_entry_is_reported_even_when_a_fresh_one_is_used() {
-    let mut h100 = h200();
+    let mut h100 = Environment::sample_h200();
     h100.device = "NVIDIA H100 80GB HBM3".into();
-    let db = db_with([entry(key(16), h100, "w4a16_h100"), entry(key(16), h200(), "w4a16_h200")]);
+    let db = db_with([entry(key(16), h100, "w4a16_h100"), entry(key(16), Environment::sample_h200(), "w4a16_h200")]);
     assert_eq!(db.entries.len(), 2, "one DB serves several devices");
-    let lookup = db.lookup(&key(16), &h200(), |_| true);
+    let lookup = db.lookup(&key(16), &Environment::sample_h200(), |_| true);
     assert_eq!(lookup.hit.unwrap().entry.variant, "w4a16_h200");
     assert_eq!(lookup.stale.len(), 1);
     assert_eq!(lookup.stale[0].entry.variant, "w4a16_h100");
@@ -87,20 +77,24 @@ fn a_stale_entry_is_reported_even_when_a_fresh_one_is_used() {
 
 #[test]
 fn a_missing_m_bucket_falls_back_to_the_nearest_fresh_one() {
-    let mut stale_env = h200();
+    let mut stale_env = Environment::sample_h200();
     stale_env.nvrtc = (12, 9);
     let db = db_with([
-        entry(key(1), h200(), "v1"),
-        entry(key(16), h200(), "v16"),
-        entry(key(128), h200(), "v128"),
+        entry(key(1), Environment::sample_h200(), "v1"),
+        entry(key(16), Environment::sample_h200(), "v16"),
+        entry(key(128), Environment::sample_h200(), "v128"),
         // Nearer than any fresh entry for M = 32, but stale.
         entry(key(32), stale_env, "v32_stale"),
         // Another problem entirely: never a fallback.
-        entry(ProblemKey::w4a16(64, Shape { n: 7168, k: 2048 }, 32, Dtype::Bf16, Arch(90)), h200(), "other_shape"),
-        entry(ProblemKey::w4a16(64, SHAPE, 64, Dtype::Bf16, Arch(90)), h200(), "other_group"),
+        entry(
+            ProblemKey::w4a16(64, Shape { n: 7168, k: 2048 }, 32, Dtype::Bf16, Arch(90)),
+            Environment::sample_h200(),
+            "other_shape",
+        ),
+        entry(ProblemKey::w4a16(64, SHAPE, 64, Dtype::Bf16, Arch(90)), Environment::sample_h200(), "other_group"),
     ]);
     let pick = |m| {
-        let hit = db.lookup(&key(m), &h200(), |_| true).hit.unwrap();
+        let hit = db.lookup(&key(m), &Environment::sample_h200(), |_| true).hit.unwrap();
         (hit.entry.variant.as_str(), hit.matched)
     };
     assert_eq!(pick(16), ("v16", Match::Exact));
@@ -111,22 +105,26 @@ fn a_missing_m_bucket_falls_back_to_the_nearest_fresh_one() {
     assert_eq!(pick(64), ("v128", Match::NearestM { bucket: 128 }));
     assert_eq!(pick(1000), ("v128", Match::NearestM { bucket: 128 }));
     // A caller may refuse entries (a GEMV variant cannot serve M = 64): the next nearest is taken.
-    let hit = db.lookup(&key(64), &h200(), |e| e.variant != "v128").hit.unwrap();
+    let hit = db.lookup(&key(64), &Environment::sample_h200(), |e| e.variant != "v128").hit.unwrap();
     assert_eq!(hit.entry.variant, "v16");
     // Nothing for another arch.
-    assert!(db.best_variant(&ProblemKey::w4a16(16, SHAPE, 32, Dtype::Bf16, Arch(120)), &h200()).is_none());
+    assert!(
+        db.best_variant(&ProblemKey::w4a16(16, SHAPE, 32, Dtype::Bf16, Arch(120)), &Environment::sample_h200())
+            .is_none()
+    );
 }
 
 #[test]
 fn the_db_round_trips_through_json() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested").join("tuning.json");
-    let mut db = db_with([entry(key(1), h200(), "v1"), entry(key(128), h200(), "v128")]);
+    let mut db =
+        db_with([entry(key(1), Environment::sample_h200(), "v1"), entry(key(128), Environment::sample_h200(), "v128")]);
     db.record_compile_failure(CompileFailure {
         variant: "w4a16_huge".into(),
         arch: Arch(90),
         nvrtc: (13, 0),
-        templates: h200().templates,
+        templates: Environment::sample_h200().templates,
         log: "error: too many resources requested".into(),
     });
     db.save(&path).unwrap();
@@ -141,7 +139,7 @@ fn a_corrupt_db_file_is_a_clear_error_and_stays_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let good = {
         let path = dir.path().join("good.json");
-        db_with([entry(key(8), h200(), "v8")]).save(&path).unwrap();
+        db_with([entry(key(8), Environment::sample_h200(), "v8")]).save(&path).unwrap();
         std::fs::read_to_string(&path).unwrap()
     };
     let cases = [
@@ -172,29 +170,29 @@ fn a_compile_failure_is_remembered_for_the_same_build_only() {
         variant: "w4a16_x".into(),
         arch: Arch(90),
         nvrtc: (13, 0),
-        templates: h200().templates,
+        templates: Environment::sample_h200().templates,
         log: "ptxas error".into(),
     };
     db.record_compile_failure(failure.clone());
     db.record_compile_failure(failure);
     assert_eq!(db.compile_failures.len(), 1, "recording twice keeps one");
-    assert!(db.compile_failure("w4a16_x", Arch(90), &h200()).is_some());
-    assert!(db.compile_failure("w4a16_x", Arch(120), &h200()).is_none());
-    let mut new_nvrtc = h200();
+    assert!(db.compile_failure("w4a16_x", Arch(90), &Environment::sample_h200()).is_some());
+    assert!(db.compile_failure("w4a16_x", Arch(120), &Environment::sample_h200()).is_none());
+    let mut new_nvrtc = Environment::sample_h200();
     new_nvrtc.nvrtc = (13, 1);
     assert!(db.compile_failure("w4a16_x", Arch(90), &new_nvrtc).is_none(), "a new compiler gets another try");
-    let mut edited = h200();
+    let mut edited = Environment::sample_h200();
     edited.templates = "ef".repeat(32);
     assert!(db.compile_failure("w4a16_x", Arch(90), &edited).is_none(), "edited templates get another try");
 }
 
 #[test]
 fn retuning_replaces_the_same_problem_on_the_same_device() {
-    let mut old_driver = h200();
+    let mut old_driver = Environment::sample_h200();
     old_driver.driver = 12080;
-    let db = db_with([entry(key(4), old_driver, "first"), entry(key(4), h200(), "second")]);
+    let db = db_with([entry(key(4), old_driver, "first"), entry(key(4), Environment::sample_h200(), "second")]);
     assert_eq!(db.entries.len(), 1);
-    assert_eq!(db.best_variant(&key(4), &h200()).unwrap().variant, "second");
+    assert_eq!(db.best_variant(&key(4), &Environment::sample_h200()).unwrap().variant, "second");
 }
 
 #[test]
@@ -203,13 +201,13 @@ fn two_tuners_saving_one_db_keep_each_others_entries() {
     let path = dir.path().join("tuning.json");
     // Both open the DB before either saves, as two tuners started together do.
     let (mut first, mut second) = (TuningDb::open(&path).unwrap(), TuningDb::open(&path).unwrap());
-    first.insert(entry(key(1), h200(), "first"));
-    second.insert(entry(key(8), h200(), "second"));
+    first.insert(entry(key(1), Environment::sample_h200(), "first"));
+    second.insert(entry(key(8), Environment::sample_h200(), "second"));
     let failure = |variant: &str| CompileFailure {
         variant: variant.into(),
         arch: Arch(90),
         nvrtc: (13, 0),
-        templates: h200().templates,
+        templates: Environment::sample_h200().templates,
         log: "ptxas error".into(),
     };
     first.record_compile_failure(failure("w4a16_a"));
@@ -217,18 +215,28 @@ fn two_tuners_saving_one_db_keep_each_others_entries() {
     first.save(&path).unwrap();
     second.save(&path).unwrap();
     let db = TuningDb::open(&path).unwrap();
-    assert_eq!(db.best_variant(&key(1), &h200()).unwrap().variant, "first", "the first tuner's entry survives");
-    assert_eq!(db.best_variant(&key(8), &h200()).unwrap().variant, "second");
+    assert_eq!(
+        db.best_variant(&key(1), &Environment::sample_h200()).unwrap().variant,
+        "first",
+        "the first tuner's entry survives"
+    );
+    assert_eq!(db.best_variant(&key(8), &Environment::sample_h200()).unwrap().variant, "second");
     assert_eq!(db.compile_failures.len(), 2);
     // A tuner that retuned one problem on the same device replaces the file's entry of it only; an
     // older result of it (a copy read before) does not.
-    let mut retuned = entry(key(1), h200(), "third");
+    let mut retuned = entry(key(1), Environment::sample_h200(), "third");
     retuned.tuned_at_unix += 60;
     TuningDb { entries: vec![retuned], ..TuningDb::default() }.save(&path).unwrap();
     let db = TuningDb::open(&path).unwrap();
-    assert_eq!((db.entries.len(), db.best_variant(&key(1), &h200()).unwrap().variant.as_str()), (2, "third"));
+    assert_eq!(
+        (db.entries.len(), db.best_variant(&key(1), &Environment::sample_h200()).unwrap().variant.as_str()),
+        (2, "third")
+    );
     first.save(&path).unwrap();
-    assert_eq!(TuningDb::open(&path).unwrap().best_variant(&key(1), &h200()).unwrap().variant, "third");
+    assert_eq!(
+        TuningDb::open(&path).unwrap().best_variant(&key(1), &Environment::sample_h200()).unwrap().variant,
+        "third"
+    );
 }
 
 #[test]
@@ -243,7 +251,7 @@ fn concurrent_saves_lose_nothing_and_leave_no_temporary_files() {
             s.spawn(move || {
                 for round in 0..5 {
                     let mut db = TuningDb::open(path).unwrap();
-                    let mut tuned = entry(key(m), h200(), &format!("v{m}_{round}"));
+                    let mut tuned = entry(key(m), Environment::sample_h200(), &format!("v{m}_{round}"));
                     tuned.tuned_at_unix += round;
                     db.insert(tuned);
                     db.save(path).unwrap();
@@ -262,10 +270,11 @@ fn concurrent_saves_lose_nothing_and_leave_no_temporary_files() {
 
 #[test]
 fn a_hand_made_key_of_bucket_zero_finds_the_nearest_bucket_without_a_panic() {
-    let db = db_with([entry(key(1), h200(), "v1"), entry(key(64), h200(), "v64")]);
+    let db =
+        db_with([entry(key(1), Environment::sample_h200(), "v1"), entry(key(64), Environment::sample_h200(), "v64")]);
     let mut zero = key(1);
     zero.m_bucket = 0;
-    assert_eq!(db.best_variant(&zero, &h200()).unwrap().variant, "v1");
+    assert_eq!(db.best_variant(&zero, &Environment::sample_h200()).unwrap().variant, "v1");
 }
 
 /// An MLA entry is its own problem: saved and read back, found for its head sizes only (never for a
@@ -280,21 +289,27 @@ fn an_mla_entry_round_trips_and_is_found_for_its_heads_only() {
     let k2 = MlaKey { heads: 64, latent: 512, rope: 64 };
     let mla = ProblemKey::mla(k2, Arch(90));
     assert_eq!(mla.to_string(), "mla 64 heads, latent 512 + rope 64");
-    let db = db_with([entry(mla.clone(), h200(), "mla_decode_h32n32_s2_x32"), entry(key(1), h200(), "w4a16_x")]);
+    let db = db_with([
+        entry(mla.clone(), Environment::sample_h200(), "mla_decode_h32n32_s2_x32"),
+        entry(key(1), Environment::sample_h200(), "w4a16_x"),
+    ]);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tuning.json");
     db.save(&path).unwrap();
     let db = TuningDb::open(&path).unwrap();
-    assert_eq!(db.best_variant(&mla, &h200()).unwrap().variant, "mla_decode_h32n32_s2_x32");
+    assert_eq!(db.best_variant(&mla, &Environment::sample_h200()).unwrap().variant, "mla_decode_h32n32_s2_x32");
     let gemm = ProblemKey::w4a16(1, Shape { n: 64, k: 576 }, 0, Dtype::Bf16, Arch(90));
-    assert!(db.best_variant(&gemm, &h200()).is_none());
+    assert!(db.best_variant(&gemm, &Environment::sample_h200()).is_none());
     let other = ProblemKey::mla(MlaKey { heads: 16, ..k2 }, Arch(90));
-    assert!(db.best_variant(&other, &h200()).is_none());
+    assert!(db.best_variant(&other, &Environment::sample_h200()).is_none());
 
     let shape = MlaShape { heads: 64, nope: 128, rope: 64, v: 128, latent: 512, scale: 0.1 };
-    assert_eq!(tuned_variant(&db, &h200(), Arch(90), &shape), MlaDecode::from_name("mla_decode_h32n32_s2_x32"));
-    assert_eq!(tuned_variant(&db, &h200(), Arch(90), &MlaShape { heads: 16, ..shape }), None);
+    assert_eq!(
+        tuned_variant(&db, &Environment::sample_h200(), Arch(90), &shape),
+        MlaDecode::from_name("mla_decode_h32n32_s2_x32")
+    );
+    assert_eq!(tuned_variant(&db, &Environment::sample_h200(), Arch(90), &MlaShape { heads: 16, ..shape }), None);
     // 64 heads with two 64-entry stages needs more shared memory than sm_90 has: never loaded.
-    let db = db_with([entry(mla, h200(), "mla_decode_h64n64_s2_x32")]);
-    assert_eq!(tuned_variant(&db, &h200(), Arch(90), &shape), None);
+    let db = db_with([entry(mla, Environment::sample_h200(), "mla_decode_h64n64_s2_x32")]);
+    assert_eq!(tuned_variant(&db, &Environment::sample_h200(), Arch(90), &shape), None);
 }

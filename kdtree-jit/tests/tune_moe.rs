@@ -21,16 +21,6 @@ use kdtree_quant::Dtype;
 const K2: MoeShape = KIMI_K2_MOE.layer;
 const SM90: Target = Target { arch: Arch(90) };
 
-fn h200() -> Environment {
-    Environment {
-        device: "NVIDIA H200".into(),
-        compute_capability: (9, 0),
-        driver: 13000,
-        nvrtc: (13, 0),
-        templates: "ab".repeat(32),
-    }
-}
-
 fn skewed() -> MoeShape {
     MoeShape { routing: RoutingDist::Skewed, ..K2 }
 }
@@ -40,7 +30,7 @@ fn entry(key: ProblemKey, variant: &W4a16Grouped) -> Entry {
     Entry {
         m: key.m_bucket,
         key,
-        env: h200(),
+        env: Environment::sample_h200(),
         variant: variant.name(),
         timing: t,
         error: 3e-3,
@@ -66,7 +56,10 @@ fn a_db_file_written_before_moe_keys_reads_unchanged_and_saves_byte_for_byte() {
     assert_eq!(db.entries.len(), 2);
     assert!(db.entries.iter().all(|e| e.key.moe.is_none() && e.key.op == "w4a16"));
     let key = ProblemKey::w4a16(3, Shape { n: 4096, k: 7168 }, 32, Dtype::Bf16, Arch(90));
-    assert_eq!(db.best_variant(&key, &h200()).unwrap().variant, "w4a16_stream_bf16_g32_m4n64k128_w4_s4_sk1_f32acc");
+    assert_eq!(
+        db.best_variant(&key, &Environment::sample_h200()).unwrap().variant,
+        "w4a16_stream_bf16_g32_m4n64k128_w4_s4_sk1_f32acc"
+    );
     db.save(&path).unwrap();
     assert_eq!(std::fs::read_to_string(&path).unwrap(), old, "no field added to a GEMM's entry");
 }
@@ -201,7 +194,7 @@ fn a_moe_run_tunes_every_routing_at_every_t_and_the_engine_finds_the_results() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tuning.json");
     let mut db = TuningDb::default();
-    let mut device = FakeMoeDevice { env: h200(), tuned: Vec::new() };
+    let mut device = FakeMoeDevice { env: Environment::sample_h200(), tuned: Vec::new() };
     let request = TuneRequest::moe(&KIMI_K2_MOE, &[RoutingDist::Uniform, RoutingDist::Skewed]);
     let mut candidates = 0;
     let outcome = run::tune(&mut device, &mut db, &path, None, &request, &mut |p| {
@@ -217,7 +210,7 @@ fn a_moe_run_tunes_every_routing_at_every_t_and_the_engine_finds_the_results() {
     assert!(outcome.failed.is_empty() && outcome.skipped.is_empty() && outcome.stale.is_empty());
     assert_eq!(TuningDb::open(&path).unwrap(), db);
 
-    let find = |layer: &MoeShape, t| best_grouped(&db, &h200(), &SM90, layer, (32, Dtype::Bf16), t);
+    let find = |layer: &MoeShape, t| best_grouped(&db, &Environment::sample_h200(), &SM90, layer, (32, Dtype::Bf16), t);
     let (v, matched) = find(&K2, 3).unwrap();
     assert_eq!((v.bm, matched), (1, Match::Exact));
     assert_eq!(find(&K2, 1000).unwrap().1, Match::NearestM { bucket: 256 });
@@ -236,7 +229,7 @@ fn the_lookup_takes_the_nearest_fresh_bucket_of_its_routing_and_never_a_stale_or
     db.insert(Entry { variant: "w4a16_stream_bf16_g32_m4n64k128_w4_s4_sk1_f32acc".into(), ..entry(gemm, &variant(1)) });
 
     let find = |db: &TuningDb, env: &Environment, t| best_grouped(db, env, &SM90, &K2, (32, Dtype::Bf16), t);
-    let env = h200();
+    let env = Environment::sample_h200();
     assert_eq!(find(&db, &env, 8).map(|(v, m)| (v.bm, m)), Some((4, Match::NearestM { bucket: 4 })));
     assert_eq!(find(&db, &env, 32).map(|(v, m)| (v.bm, m)), Some((16, Match::NearestM { bucket: 64 })));
     assert_eq!(find(&db, &env, 64).map(|(v, m)| (v.bm, m)), Some((16, Match::Exact)));
@@ -244,7 +237,7 @@ fn the_lookup_takes_the_nearest_fresh_bucket_of_its_routing_and_never_a_stale_or
     assert_eq!(skewed_hit.0.bm, 1);
 
     // Another driver: every entry stale, none used.
-    let updated = Environment { driver: 13010, ..h200() };
+    let updated = Environment { driver: 13010, ..Environment::sample_h200() };
     assert!(find(&db, &updated, 8).is_none());
     // Another dtype's ask, and an entry whose variant does not parse, find nothing.
     assert!(best_grouped(&db, &env, &SM90, &K2, (32, Dtype::F16), 8).is_none());

@@ -20,13 +20,7 @@ fn entry(n: u32, k: u32, m: u32, us: f64, cublas_us: f64) -> Entry {
     let bytes = (n as u64 * k as u64) / 2 + (n as u64 * k as u64 / 32) * 2 + 2 * m as u64 * (n + k) as u64;
     Entry {
         key: ProblemKey::w4a16(m, shape, 32, Dtype::Bf16, Arch(90)),
-        env: Environment {
-            device: "NVIDIA H200".into(),
-            compute_capability: (9, 0),
-            driver: 13000,
-            nvrtc: (13, 0),
-            templates: "0".repeat(64),
-        },
+        env: Environment::sample_h200(),
         variant: format!("w4a16_mma_bf16_g32_m16n64k128_w4_s4_sk{}_f32acc", if m < 8 { 4 } else { 1 }),
         m,
         timing: timing(us),

@@ -22,16 +22,6 @@ use kdtree_quant::Dtype;
 const UP: Shape = Shape { n: 4096, k: 7168 };
 const DOWN: Shape = Shape { n: 7168, k: 2048 };
 
-fn h200() -> Environment {
-    Environment {
-        device: "NVIDIA H200".into(),
-        compute_capability: (9, 0),
-        driver: 13000,
-        nvrtc: (13, 0),
-        templates: "ab".repeat(32),
-    }
-}
-
 /// An H200 that compiles every variant but `refuse`, finds a winner for every problem but
 /// `no_winner`, and at `overrun` takes until `deadline` has passed.
 struct FakeDevice {
@@ -45,7 +35,13 @@ struct FakeDevice {
 
 impl FakeDevice {
     fn new(refuse: &str) -> FakeDevice {
-        FakeDevice { env: h200(), refuse: refuse.into(), no_winner: None, overrun: None, tuned: Vec::new() }
+        FakeDevice {
+            env: Environment::sample_h200(),
+            refuse: refuse.into(),
+            no_winner: None,
+            overrun: None,
+            tuned: Vec::new(),
+        }
     }
 }
 
@@ -171,7 +167,7 @@ fn a_run_tunes_every_problem_saves_the_db_and_reports_failures_refusals_and_stal
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tuning.json");
     let mut db = TuningDb::default();
-    let mut elsewhere = h200();
+    let mut elsewhere = Environment::sample_h200();
     elsewhere.device = "NVIDIA H100".into();
     db.insert(entry(&ProblemKey::w4a16(4, UP, 32, Dtype::Bf16, Arch(90)), &elsewhere, &DenseVariant::all()[0]));
     let mut device = FakeDevice::new(&everywhere());
@@ -192,7 +188,7 @@ fn a_run_tunes_every_problem_saves_the_db_and_reports_failures_refusals_and_stal
     let saved = TuningDb::open(&path).unwrap();
     assert_eq!(saved, db, "the DB on disk is the one in memory");
     assert_eq!(saved.entries.len(), 6, "five winners and the stale entry, kept");
-    assert!(saved.compile_failure(&device.refuse, Arch(90), &h200()).is_some());
+    assert!(saved.compile_failure(&device.refuse, Arch(90), &Environment::sample_h200()).is_some());
 
     // Compiling from 0 to its total, then gating as many candidates as were announced (less the
     // refused variant, announced with the rest), then each problem.

@@ -192,16 +192,6 @@ mod tests {
     const DENSE: Int4Weight = Int4Weight { n: 4096, k: 7168, group_size: 32, dtype: Dtype::Bf16, routed_expert: false };
     const EXPERT: Int4Weight = Int4Weight { n: 7168, k: 2048, group_size: 32, dtype: Dtype::Bf16, routed_expert: true };
 
-    fn env() -> Environment {
-        Environment {
-            device: "NVIDIA H200".into(),
-            compute_capability: (9, 0),
-            driver: 13000,
-            nvrtc: (13, 0),
-            templates: "ab".repeat(32),
-        }
-    }
-
     fn shape(w: &Int4Weight) -> WeightShape {
         WeightShape { n: w.n, k: w.k, group_size: w.group_size, dtype: w.dtype }
     }
@@ -230,7 +220,7 @@ mod tests {
     }
 
     fn missing_in(db: &TuningDb, moe: MoeKernels, mode: Mode) -> Missing {
-        missing(&[DENSE, EXPERT], moe, mode, db, &env(), ARCH)
+        missing(&[DENSE, EXPERT], moe, mode, db, &Environment::sample_h200(), ARCH)
     }
 
     #[test]
@@ -248,13 +238,13 @@ mod tests {
     #[test]
     fn only_a_fresh_entry_of_the_bucket_itself_counts() {
         let grouped = MoeKernels::default();
-        let fresh = db(vec![entry(&DENSE, 4, env())]);
+        let fresh = db(vec![entry(&DENSE, 4, Environment::sample_h200())]);
         assert!(missing_in(&fresh, grouped, Mode::Exact { m: 3 }).is_empty());
         // The nearest bucket's entry would run at M = 16, but 16 is still worth tuning.
         assert_eq!(missing_in(&fresh, grouped, Mode::Exact { m: 16 }).w4a16, [(shape(&DENSE), vec![16])]);
         let fast = missing_in(&fresh, grouped, Mode::Fast);
         assert_eq!(fast.w4a16, [(shape(&DENSE), M_BUCKETS.iter().copied().filter(|&b| b != 4).collect())]);
-        let stale = db(vec![entry(&DENSE, 4, Environment { driver: 12080, ..env() })]);
+        let stale = db(vec![entry(&DENSE, 4, Environment { driver: 12080, ..Environment::sample_h200() })]);
         assert_eq!(missing_in(&stale, grouped, Mode::Exact { m: 3 }).w4a16, [(shape(&DENSE), vec![4])]);
     }
 
@@ -321,7 +311,7 @@ mod tests {
     }
 
     fn fake(pause: Duration) -> impl FnOnce() -> kdtree_jit::tune::error::Result<FakeTuner> {
-        move || Ok(FakeTuner { env: env(), pause })
+        move || Ok(FakeTuner { env: Environment::sample_h200(), pause })
     }
 
     #[test]

@@ -48,6 +48,19 @@ impl Environment {
         })
     }
 
+    /// A fixed environment for tests that store or look up tuning entries without a GPU (one
+    /// definition, kept in step with the struct): an H200 on driver and NVRTC 13.0, with a made-up
+    /// templates hash of the real length.
+    pub fn sample_h200() -> Environment {
+        Environment {
+            device: "NVIDIA H200".into(),
+            compute_capability: (9, 0),
+            driver: 13000,
+            nvrtc: (13, 0),
+            templates: "ab".repeat(32),
+        }
+    }
+
     /// The fields in which `self` (a stored entry's) differs from `current`; empty when fresh.
     pub fn differences(&self, current: &Environment) -> Vec<Difference> {
         let fields = [
