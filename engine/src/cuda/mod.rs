@@ -18,6 +18,7 @@
 //! variant per shape for every M ([`select::Mode::Exact`]), cuBLAS runs fixed 128-row chunks
 //! ([`gemm`]), and the small kernels compute each row on its own.
 
+mod cubin_cache;
 mod gemm;
 mod graph;
 mod kv;
@@ -115,7 +116,7 @@ pub struct CudaBackend {
     host_synced: AtomicBool,
     /// cuBLAS's workspace, set by us so that a captured GEMM never allocates its own.
     _blas_workspace: cudarc::driver::CudaSlice<u8>,
-    /// `None` when the cache directory cannot be opened: kernels then compile every time.
+    /// `None` when the cache directory is refused (a note says why): kernels then compile every time.
     cache: Option<Cache>,
     shapes: Mutex<BTreeMap<WeightShape, Arc<ShapeKernels>>>,
     /// The streamed kernel of each dense weight shape loaded so far; `None` where cuBLAS runs it.
@@ -146,7 +147,7 @@ impl CudaBackend {
         unsafe { gpu.ctx.disable_event_tracking() };
         let env = Environment::detect(&gpu)?;
         let db = TuningDb::open(&options.tuning_db)?;
-        let cache = Cache::open(&Cache::default_dir()).ok();
+        let cache = cubin_cache::open(&Cache::default_dir());
         if !kdtree_jit::tune::cublas_present() {
             return Err(EngineError::BackendUnavailable {
                 reason: "libcublas was not found on the loader path".into(),
