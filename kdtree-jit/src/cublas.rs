@@ -13,7 +13,7 @@ use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr};
 use kdtree_quant::Dtype;
 
-use crate::w4a16::launch::short_buffer;
+use crate::launch::short_buffer;
 use crate::{Error, Result};
 
 /// Whether libcublas can be loaded: probe before any cuBLAS call, which panics when it cannot.

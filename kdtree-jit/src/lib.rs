@@ -59,6 +59,7 @@ pub mod dense16;
 mod elf;
 pub mod error;
 pub mod kernel;
+mod launch;
 pub mod mla;
 pub mod probe;
 pub mod render;

@@ -4,7 +4,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfi
 
 use crate::dense16::Dense16;
 use crate::dense16::rules::shared_bytes;
-use crate::w4a16::launch::{allow_shared, check_name, short_buffer};
+use crate::launch::{allow_shared, check_name, short_buffer};
 use crate::{Cache, Compiled, Error, Gpu, Result, Variant, compile_variant};
 
 /// Rows of W a block owns.

@@ -4,10 +4,10 @@
 
 use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
+use crate::launch::short_buffer;
 use crate::mla::launch::{PagedCache, shape_error, unsupported};
 use crate::mla::rules::MAX_NEW;
 use crate::mla::{MlaAux, MlaShape};
-use crate::w4a16::launch::short_buffer;
 use crate::{Cache, Compiled, Gpu, Result, Variant, compile_variant};
 
 /// The most `nope` absorb takes: its query rows live in shared memory (K2's is 128).

@@ -3,9 +3,9 @@
 
 use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
+use crate::launch::{allow_shared, short_buffer};
 use crate::mla::rules::{MAX_LATENT, MAX_NEW, MAX_ROPE, STATIC_SMEM, dynamic_smem};
 use crate::mla::{MlaDecode, MlaShape, NewMask};
-use crate::w4a16::launch::{allow_shared, short_buffer};
 use crate::{Cache, Compiled, Error, Gpu, Result, Variant, compile_variant};
 
 /// Which new tokens each new row sees, on the device ([`NewMask`]'s forms).

@@ -1,12 +1,12 @@
 //! Launching a W4A16 variant: grid, block, shared memory and the split-K workspace.
 
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
+use crate::launch::{allow_shared, check_name, short_buffer};
 use crate::w4a16::layout::lengths;
 use crate::w4a16::rules::{TILE_N, shared_bytes};
 use crate::w4a16::{Algo, W4a16};
-use crate::{AxisValue, Compiled, Error, Gpu, Result, Variant, sys};
+use crate::{AxisValue, Compiled, Error, Gpu, Result, Variant};
 
 /// The device buffers of one GEMM. `workspace` must hold [`workspace_len`] elements and be zeroed
 /// once when allocated: split-K variants keep their tile counters there and leave them at zero.
@@ -23,10 +23,9 @@ pub struct GemmBuffers<'a> {
     pub workspace: &'a mut CudaSlice<f32>,
 }
 
-/// The most shared memory, static and dynamic together, a launch may use without opting in.
-const DEFAULT_SMEM: usize = 48 * 1024;
 /// An upper bound of the templates' static shared memory (split-K's 16-byte flag): it counts
-/// against [`DEFAULT_SMEM`] too, so a launch of exactly 48 KiB dynamic needs the opt-in.
+/// against the 48 KiB a launch may use without opting in, so a launch of exactly 48 KiB dynamic
+/// needs the opt-in.
 const STATIC_SMEM: usize = 1024;
 
 fn grid(v: &W4a16, m: usize, n: usize) -> (usize, usize, usize) {
@@ -74,37 +73,6 @@ fn unsupported(v: &W4a16, m: usize, n: usize, k: usize) -> Option<String> {
 /// gemv's or stream's rows. Any N (padded to 64 by the layout) and any M for mma.
 pub fn supports(v: &W4a16, m: usize, n: usize, k: usize) -> bool {
     unsupported(v, m, n, k).is_none()
-}
-
-/// `Ok` when `function`'s name (which the templates make the variant's) is `variant`'s:
-/// [`Error::WrongKernel`] otherwise.
-pub(crate) fn check_name(variant: String, function: &CudaFunction) -> Result<()> {
-    match sys::function_name(function)? {
-        Some(name) if name == variant => Ok(()),
-        Some(name) => Err(Error::WrongKernel { variant, function: name }),
-        None => Err(Error::Unsupported {
-            variant,
-            reason: "the CUDA driver is older than 12.3 and cannot name a loaded function, so it cannot be \
-                     checked to be this variant's"
-                .into(),
-        }),
-    }
-}
-
-/// Lets `f` launch with `smem` bytes of dynamic shared memory (and `static_smem` of its own),
-/// opting in where the total is above what every launch may use.
-/// The first buffer of `needs` (name, elements held, elements needed) that holds too few, said as an
-/// error's reason.
-pub(crate) fn short_buffer(needs: &[(&str, usize, usize)]) -> Option<String> {
-    let (name, have, need) = needs.iter().find(|(_, have, need)| have < need)?;
-    Some(format!("{name} holds {have} elements, {need} needed"))
-}
-
-pub(crate) fn allow_shared(f: &CudaFunction, smem: usize, static_smem: usize) -> Result<()> {
-    if smem + static_smem > DEFAULT_SMEM {
-        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
-    }
-    Ok(())
 }
 
 /// A W4A16 variant bound to its loaded function: the only way to launch one, so that no function
@@ -173,15 +141,6 @@ impl W4a16Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_first_short_buffer_is_named() {
-        assert_eq!(
-            short_buffer(&[("x", 4, 4), ("y", 2, 3), ("z", 0, 9)]).as_deref(),
-            Some("y holds 2 elements, 3 needed")
-        );
-        assert_eq!(short_buffer(&[("x", 5, 4)]), None);
-    }
 
     #[test]
     fn workspace_holds_partials_and_one_counter_per_tile() {

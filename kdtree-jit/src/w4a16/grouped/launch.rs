@@ -6,11 +6,11 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfi
 
 use kdtree_quant::QuantizedWeight;
 
+use crate::launch::{allow_shared, short_buffer};
 #[cfg(doc)]
 use crate::w4a16::grouped::interleave_gate_up;
 use crate::w4a16::grouped::rules::{STATIC_SMEM, dynamic_smem};
 use crate::w4a16::grouped::{Alignment, W4a16Grouped, XRows, repack_experts, tile_bound};
-use crate::w4a16::launch::{allow_shared, short_buffer};
 use crate::w4a16::layout::lengths;
 use crate::w4a16::rules::TILE_N;
 use crate::{Cache, Compiled, Error, Gpu, Result, Variant, compile_variant};

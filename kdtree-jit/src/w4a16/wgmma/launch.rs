@@ -3,8 +3,8 @@
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
+use crate::launch::{allow_shared, check_name, short_buffer};
 use crate::w4a16::GemmBuffers;
-use crate::w4a16::launch::{allow_shared, check_name, short_buffer};
 use crate::w4a16::wgmma::rules::{WARPGROUP_N, shared_bytes, static_bytes};
 use crate::w4a16::wgmma::{W4a16Wgmma, lengths};
 use crate::{Cache, Compiled, Error, Gpu, Result, Variant, compile_variant};
