@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use cudarc::driver::CudaSlice;
 use kdtree_quant::Dtype;
 use kdtree_quant::sample::symmetric;
-use rayon::prelude::*;
 use serde::Serialize;
 
 use super::bench::{BenchConfig, Timing, measure};
@@ -22,10 +21,11 @@ use super::error::Result;
 use super::flush::Flusher;
 use super::key::{ProblemKey, Shape, m_bucket};
 use super::peers::Peers;
-use super::problem::{from_bits, to_bits};
+use super::problem::to_bits;
 use super::search::{self, Rejection, Runner, SearchConfig};
 use super::session::{Session, now_unix};
 use crate::cublas::{self, GemmType};
+use crate::dense16::reference::product;
 use crate::dense16::{Dense16, Dense16Buffers, Dense16Kernel};
 use crate::{Arch, Cache, Gpu, Variant};
 
@@ -166,7 +166,7 @@ fn shape_data(session: &Session, shape: Shape, m_max: usize, dtype: Dtype, most_
     let bits = |v: Vec<f32>| -> Vec<u16> { v.into_iter().map(|f| to_bits(dtype, f)).collect() };
     let rows = m_max.max(PADDED_ROWS);
     let (x, w) = (bits(symmetric(rows * k, seed, 1.0)), bits(symmetric(n * k, seed + 1, 1.0)));
-    let reference = reference_parallel(&x[..m_max * k], &w, (m_max, n, k), dtype);
+    let reference = product(&x, &w, (m_max, n, k), dtype);
     let s = &session.gpu.stream;
     Ok(ShapeData {
         shape,
@@ -176,19 +176,6 @@ fn shape_data(session: &Session, shape: Shape, m_max: usize, dtype: Dtype, most_
         workspace: s.alloc_zeros(most_ws.max(1))?,
         reference,
     })
-}
-
-/// [`crate::dense16::reference::product`], its output columns shared among the CPU's cores.
-fn reference_parallel(x: &[u16], w: &[u16], (m, n, k): (usize, usize, usize), dtype: Dtype) -> Vec<f32> {
-    let xw: Vec<f64> = x.iter().map(|&b| f64::from(from_bits(dtype, b))).collect();
-    let columns: Vec<Vec<f32>> = w
-        .par_chunks(k)
-        .map(|wc| {
-            let wc: Vec<f64> = wc.iter().map(|&b| f64::from(from_bits(dtype, b))).collect();
-            xw.chunks(k).map(|xr| xr.iter().zip(&wc).map(|(a, b)| a * b).sum::<f64>() as f32).collect()
-        })
-        .collect();
-    (0..m * n).map(|i| columns[i % n][i / n]).collect()
 }
 
 /// cuBLAS on the same data: 16-bit in, f32 out, as the engine's dense path calls it.
@@ -296,8 +283,8 @@ pub fn tuned_variant(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dense16::reference::product;
     use crate::tune::gate;
+    use crate::tune::problem::from_bits;
 
     /// A row of `(x, w)` summed in f32 as a kernel may: `order` gives the k of each step.
     fn f32_sum(x: &[u16], w: &[u16], k: usize, order: impl Fn(usize) -> usize) -> f32 {
