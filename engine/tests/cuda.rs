@@ -47,9 +47,10 @@ fn tuned() -> [(WeightShape, u32, W4a16); 3] {
     ]
 }
 
-/// The tiny model's dense weight shapes (N, K): q_a, kv_a, q_b, o_proj, the dense MLP's gate and up
-/// (stacked, the shape of the LM head and the embedding too) and down, the shared expert's.
-const DENSE: [(u32, u32); 7] = [(32, 64), (48, 64), (128, 32), (64, 64), (256, 64), (64, 128), (64, 32)];
+/// The tiny model's dense weight shapes (N, K): q_a and kv_a (stacked), q_b, o_proj, the dense MLP's
+/// gate and up (stacked, the shape of the LM head and the embedding too) and down, the shared
+/// expert's.
+const DENSE: [(u32, u32); 6] = [(80, 64), (128, 32), (64, 64), (256, 64), (64, 128), (64, 32)];
 
 /// Streamed variants for the dense shapes, tuned (in the DB) faster than cuBLAS: exact mode's at M
 /// bucket 16 runs in blocks of 8 rows with split-K; fast mode's at M = 1.

@@ -90,11 +90,11 @@ fn the_log_counts_one_forwards_collectives() {
     many.forward_argmax(&mut cache, &[1, 2, 3], &[0, 1, 2], None).unwrap();
     let log = many.backend().take_log();
 
-    // Output features of every linear of a layer's attention (q_a, q_b, kv_a, kv_b, o_proj), of a
-    // dense MLP and of the shared experts (gate_up, down).
+    // Output features of every linear of a layer's attention ([q_a; kv_a] stacked, both reading the
+    // layer's input; q_b; o_proj), of a dense MLP and of the shared experts (gate_up, down).
     let heads = c.num_attention_heads;
     // kv_b_proj is no linear of its own: absorbed attention applies it inside the attention op.
-    let attn = [c.q_lora_rank.unwrap(), heads * c.qk_head_dim(), c.kv_lora_rank + c.qk_rope_head_dim, h];
+    let attn = [c.q_lora_rank.unwrap() + c.kv_lora_rank + c.qk_rope_head_dim, heads * c.qk_head_dim(), h];
     let moe_layers = (0..c.num_hidden_layers).filter(|&i| c.is_moe_layer(i)).count();
     let dense_layers = c.num_hidden_layers - moe_layers;
     let mlp = |inter: usize| [2 * inter, h];

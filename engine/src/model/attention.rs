@@ -13,16 +13,25 @@ use super::checkpoint::Checkpoint;
 use super::config::Config;
 use super::probe::Probe;
 use crate::error::Result;
-use crate::registry::{Backend, Heads, Rope, RopeLayout, RopeSpan};
+use crate::registry::{Backend, Heads, HostLinear, Rope, RopeLayout, RopeSpan};
 
 enum QueryProj<B: Backend> {
     Direct(B::Linear),
-    LowRank { a: B::Linear, norm: B::Vector, b: B::Linear },
+    /// `a` is `None` where `q_a_proj` is stacked over `kv_a_proj_with_mqa` ([`Attention::x_a`]).
+    LowRank {
+        a: Option<B::Linear>,
+        norm: B::Vector,
+        b: B::Linear,
+    },
 }
 
 pub(crate) struct Attention<B: Backend> {
     q: QueryProj<B>,
-    kv_a: B::Linear,
+    /// `kv_a_proj_with_mqa`, or `[q_a_proj; kv_a_proj_with_mqa]`: both read the layer's input, so where
+    /// their formats stack they are one GEMM (one launch, one pass over x), its first `q_a_rows`
+    /// columns the low-rank query's. Every output comes from its own weight row: the same values.
+    x_a: B::Linear,
+    q_a_rows: usize,
     kv_a_norm: B::Vector,
     kv_b: B::Absorb,
     o: B::Linear,
@@ -38,38 +47,45 @@ impl<B: Backend> Attention<B> {
         bytes: &mut WeightBytes,
     ) -> Result<Self> {
         let (h, heads) = (c.hidden_size, c.num_attention_heads);
-        let host = |name: &str, n, k| {
+        let mut host = |name: &str, n, k| {
             let module = format!("{prefix}.{name}");
-            ckpt.linear(&module, n, k, c.quant_group(&module)).map(|w| (module, w))
-        };
-        let kv_b = {
-            let (module, w) = host("kv_b_proj", heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank)?;
+            let w = ckpt.linear(&module, n, k, c.quant_group(&module))?;
             bytes.dense(&w);
-            be.absorb(&module, &w, heads_layout)?
+            Ok::<_, crate::error::EngineError>((module, w))
         };
-        let mut linear = |name: &str, n, k| {
-            let (module, w) = host(name, n, k)?;
-            bytes.dense(&w);
-            be.linear_weight(&module, w)
-        };
+        let (kv_b_module, kv_b) = host("kv_b_proj", heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank)?;
+        let kv_b = be.absorb(&kv_b_module, &kv_b, heads_layout)?;
+        let (kv_a_module, kv_a) = host("kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, h)?;
         let q_out = heads * c.qk_head_dim();
-        let q = match c.q_lora_rank {
-            None => QueryProj::Direct(linear("q_proj", q_out, h)?),
+        let (q, x_a, q_a_rows) = match c.q_lora_rank {
+            None => {
+                let (module, w) = host("q_proj", q_out, h)?;
+                (QueryProj::Direct(be.linear_weight(&module, w)?), be.linear_weight(&kv_a_module, kv_a)?, 0)
+            }
             Some(r) => {
-                let a = linear("q_a_proj", r, h)?;
-                let b = linear("q_b_proj", q_out, r)?;
-                QueryProj::LowRank {
-                    a,
-                    norm: be.vector(&ckpt.tensor(&format!("{prefix}.q_a_layernorm.weight"), &[r])?)?,
-                    b,
+                let (q_a_module, q_a) = host("q_a_proj", r, h)?;
+                let (b_module, b) = host("q_b_proj", q_out, r)?;
+                let norm = be.vector(&ckpt.tensor(&format!("{prefix}.q_a_layernorm.weight"), &[r])?)?;
+                let b = be.linear_weight(&b_module, b)?;
+                if q_a.same_format(&kv_a) {
+                    let fused = HostLinear::stack(q_a, kv_a)?;
+                    let x_a = be.linear_weight(&format!("{prefix}.q_a_kv_a_proj"), fused)?;
+                    (QueryProj::LowRank { a: None, norm, b }, x_a, r)
+                } else {
+                    let a = Some(be.linear_weight(&q_a_module, q_a)?);
+                    (QueryProj::LowRank { a, norm, b }, be.linear_weight(&kv_a_module, kv_a)?, 0)
                 }
             }
         };
         Ok(Self {
             q,
-            kv_a: linear("kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, h)?,
+            x_a,
+            q_a_rows,
             kv_b,
-            o: linear("o_proj", h, heads * c.v_head_dim)?,
+            o: {
+                let (module, w) = host("o_proj", h, heads * c.v_head_dim)?;
+                be.linear_weight(&module, w)?
+            },
             kv_a_norm: be.vector(&ckpt.tensor(&format!("{prefix}.kv_a_layernorm.weight"), &[c.kv_lora_rank])?)?,
         })
     }
@@ -91,10 +107,15 @@ impl<B: Backend> Attention<B> {
         let (nope, r) = (c.qk_nope_head_dim, c.qk_rope_head_dim);
         let layout = if c.rope_interleave { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
         let checked = |op: &str, x: B::Tensor| probe.check(&x, format_args!("self_attn.{op}")).map(|()| x);
+        let x_a = b.linear(x, &self.x_a)?;
         let mut q = match &self.q {
             QueryProj::Direct(w) => checked("q_proj", b.linear(x, w)?)?,
             QueryProj::LowRank { a, norm, b: wb } => {
-                let qa = checked("q_a_proj", b.linear(x, a)?)?;
+                let qa = match a {
+                    Some(a) => b.linear(x, a)?,
+                    None => b.columns(&x_a, 0, self.q_a_rows)?,
+                };
+                let qa = checked("q_a_proj", qa)?;
                 let qa = checked("q_a_layernorm", b.rmsnorm(&qa, norm, c.rms_norm_eps)?)?;
                 checked("q_b_proj", b.linear(&qa, wb)?)?
             }
@@ -103,7 +124,11 @@ impl<B: Backend> Attention<B> {
         b.rope(&mut q, RopeSpan { stride: nope + r, offset: nope, dim: r, layout }, &rope.cos, &rope.sin, batch)?;
         probe.check(&q, "self_attn.q after rope")?;
         // kv_a is [latent | k_rope]: the latent is normalised, the rope part rotated; both are cached.
-        let kv_a = checked("kv_a_proj_with_mqa", b.linear(x, &self.kv_a)?)?;
+        let kv_a = match self.q_a_rows {
+            0 => x_a,
+            rows => b.columns(&x_a, rows, c.kv_lora_rank + r)?,
+        };
+        let kv_a = checked("kv_a_proj_with_mqa", kv_a)?;
         let latent = b.rmsnorm(&b.columns(&kv_a, 0, c.kv_lora_rank)?, &self.kv_a_norm, c.rms_norm_eps)?;
         let latent = checked("kv_a_layernorm", latent)?;
         let mut k_rope = b.columns(&kv_a, c.kv_lora_rank, r)?;

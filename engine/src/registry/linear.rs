@@ -153,6 +153,20 @@ impl HostLinear {
         }
     }
 
+    /// Whether [`HostLinear::stack`] takes `self` and `other`: both dense in one dtype, or both INT4
+    /// with one group size and scale dtype (K aside).
+    pub fn same_format(&self, other: &HostLinear) -> bool {
+        match (self, other) {
+            (HostLinear::Dense(x), HostLinear::Dense(y)) => {
+                std::mem::discriminant(&x.values) == std::mem::discriminant(&y.values)
+            }
+            (HostLinear::Int4(x), HostLinear::Int4(y)) => {
+                x.group_size == y.group_size && x.scales.dtype == y.scales.dtype
+            }
+            _ => false,
+        }
+    }
+
     /// `[a; b]`: the rows of `b` after those of `a`, in one weight (gate and up as one GEMM). Every
     /// output is computed from its own row, so the fused weight's outputs equal the two apart.
     pub fn stack(a: HostLinear, b: HostLinear) -> Result<HostLinear> {

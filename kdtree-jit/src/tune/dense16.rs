@@ -35,13 +35,13 @@ use crate::{Arch, Cache, Gpu, Variant};
 /// data, ~1e-6 typically); a wrong fragment or split lands at O(1).
 pub const TOLERANCE: f64 = 2e-3;
 
-/// Kimi K2's bf16 weights a decode step reads, N x K: `q_a_proj`, `kv_a_proj_with_mqa`, `q_b_proj`,
-/// `o_proj`, the shared expert's gate and up (stacked) and down, and the dense first layers' gate
-/// and up (stacked) and down. `lm_head` (163840 x 7168) is left to `--shape`: its CPU reference alone
-/// is 1.2 G multiply-adds a row.
-pub const KIMI_K2_BF16: [Shape; 8] = [
-    Shape { n: 1536, k: 7168 },
-    Shape { n: 576, k: 7168 },
+/// Kimi K2's bf16 weights a decode step reads, N x K: `q_a_proj` and `kv_a_proj_with_mqa` stacked
+/// (both read the layer's input: the engine runs them as one GEMM), `q_b_proj`, `o_proj`, the shared
+/// expert's gate and up (stacked) and down, and the dense first layers' gate and up (stacked) and
+/// down. `lm_head` (163840 x 7168) is left to `--shape`: its CPU reference alone is 1.2 G
+/// multiply-adds a row.
+pub const KIMI_K2_BF16: [Shape; 7] = [
+    Shape { n: 2112, k: 7168 },
     Shape { n: 12288, k: 1536 },
     Shape { n: 7168, k: 8192 },
     Shape { n: 4096, k: 7168 },
