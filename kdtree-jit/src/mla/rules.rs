@@ -57,12 +57,13 @@ mod tests {
 
     #[test]
     fn shared_memory_decides_the_valid_points() {
-        // 3 hb x 3 bn x 2 stages x 3 max_splits.
-        assert_eq!(MlaDecode::all().len(), 54);
-        // sm_90 (227 KiB): all but 64 heads with two 64-entry stages (236,560 bytes).
+        // 3 hb x 3 bn x 4 stages x 3 max_splits.
+        assert_eq!(MlaDecode::all().len(), 108);
+        // sm_90 (227 KiB): 64 heads keep two 64-entry stages out (236,560 bytes), and four 32-entry ones.
         let sm90 = valid(90);
-        assert_eq!(sm90.len(), 51);
-        assert!(sm90.iter().all(|v| !(v.hb == 64 && v.bn == 64 && v.stages == 2)));
+        assert_eq!(sm90.len(), 84);
+        assert!(sm90.iter().all(|v| !(v.hb == 64 && v.bn * v.stages > 96)));
+        assert!(sm90.iter().any(|v| v.hb == 64 && v.bn == 32 && v.stages == 3));
         let big = MlaDecode { hb: 64, bn: 64, stages: 2, max_splits: 32 };
         assert_eq!(
             big.check(&Target { arch: Arch(90) }),

@@ -8,7 +8,8 @@
 //! - `bn`: cache entries per tile, 16, 32 or 64: the online softmax's step. Bigger tiles pay the
 //!   softmax's two block barriers per more entries, and cost shared memory (`bn` x 1168 bytes a
 //!   stage at K2's width).
-//! - `stages`: 1 or 2: with 2, the next tile's cp.async overlaps this tile's math.
+//! - `stages`: 1 to 4 tiles in shared memory: with more than 1, the next `stages - 1` tiles'
+//!   cp.async overlap this tile's math (one barrier a tile either way).
 //! - `max_splits`: 32, 64 or 128: the most splits (flash-decoding) a row's sequence is cut into, the
 //!   grid's z. A row of L entries runs `ceil(L / split_len)` splits of `split_len = bn * ceil(ceil(L /
 //!   bn) / max_splits)`, a function of L alone: a row's bits never depend on the batch. More splits
@@ -27,7 +28,7 @@ crate::variant_space! {
             /// cache entries per tile
             bn: u32 = [16, 32, 64],
             /// cp.async pipeline depth
-            stages: u32 = [1, 2],
+            stages: u32 = [1, 2, 3, 4],
             /// the most splits of a row's sequence
             max_splits: u32 = [32, 64, 128],
         }
