@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::family::Family;
 
 /// Compile every variant of a family a device of an arch runs with NVRTC (no GPU needed): by default
-/// the dense GEMM tiles, and on sm_90 the wgmma family too, for sm_90a. Prints each one's registers,
+/// every family (wgmma on sm_90 only, for sm_90a). Prints each one's registers,
 /// spills, shared memory and compile time; exits non-zero if any variant fails, printing NVRTC's log.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -24,7 +24,7 @@ pub struct Args {
     /// Only variants whose name contains this (at least one must).
     #[arg(long, value_name = "SUBSTR")]
     filter: Option<String>,
-    /// These families instead of the dense GEMMs (tiles, wgmma); repeat or comma-separate.
+    /// Only these families (default: every one); repeat or comma-separate.
     #[arg(long, value_enum, value_delimiter = ',')]
     family: Vec<Family>,
     /// Print JSON instead of a table.
@@ -57,7 +57,8 @@ struct Failure {
 pub fn run(args: &Args, nvrtc: Option<&Path>) -> anyhow::Result<ExitCode> {
     let arch = super::arch_or_device(args.arch)?;
     let filter = args.filter.as_deref().unwrap_or_default();
-    let families = if args.family.is_empty() { vec![Family::Tiles, Family::Wgmma] } else { args.family.clone() };
+    let families =
+        if args.family.is_empty() { clap::ValueEnum::value_variants().to_vec() } else { args.family.clone() };
     let mut total = 0;
     for f in &families {
         total += f.count(arch, filter)?;
