@@ -1,31 +1,12 @@
 // Tensor-core building blocks of the mma algorithm: cp.async, ldmatrix, mma.sync m16n8k16.
 // All portable from sm_80 to sm_120 (no wgmma, no TMA).
 
-// Shared-memory address of a generic pointer, as ldmatrix / cp.async want it.
-__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-// 16 bytes global -> shared, bypassing L1 (.cg: weights and activations are read once per block).
-// valid == false zero-fills the destination (src-size 0), which masks rows >= M and k >= K.
-// Deliberately no L2 cache-hint policy: those trapped on the H200 with some toolchains.
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+{% include "common/async_copy.cuh" %}
 
 __device__ __forceinline__ uint4 lds128(u32 addr) {
     uint4 v;
     asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3 }, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
     return v;
-}
-
-// Four 8x8 b16 matrices; lane l addresses row l % 8 of matrix l / 8. Used for the A fragment of
-// m16n8k16: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
-__device__ __forceinline__ void ldmatrix_x4(u32 (&a)[4], u32 addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3 }, [%4];"
-                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                 : "r"(addr));
 }
 
 {% if acc == "f16" %}
