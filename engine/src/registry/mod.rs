@@ -18,35 +18,17 @@
 //! | [`Backend::forward_argmax`] | a whole forward to its argmax ids, which a backend may record once and replay |
 
 mod linear;
+mod rope;
 mod startup;
 
 pub use linear::{DenseValues, DenseWeight, HostLinear};
+pub use rope::{Rope, RopeLayout, RopeSpan, RopeTable};
 pub use startup::{BackendKind, Selection, select};
 
 use crate::error::Result;
 use crate::mask::TreeMask;
 use crate::model::Routing;
-use crate::ops::cpu::RopeTable;
 use kdtree_jit::mla::MlaShape;
-
-/// How the rotary part of a head is laid out (config `rope_interleave`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeLayout {
-    /// Adjacent pairs, DeepSeek-V3's layout.
-    Interleaved,
-    /// `(x[i], x[i + d/2])` pairs.
-    HalfSplit,
-}
-
-/// Which columns of each head [`Backend::rope`] rotates: heads of `stride` columns, columns
-/// `offset..offset + dim` of each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RopeSpan {
-    pub stride: usize,
-    pub offset: usize,
-    pub dim: usize,
-    pub layout: RopeLayout,
-}
 
 /// MLA's sizes, which lay out the KV cache: per token and layer one entry `[c_kv | k_pe]` of
 /// `latent + rope` values (the normalised compressed kv and the rotated key shared by every head),
@@ -300,21 +282,4 @@ where
     let batch = b.batch(tokens, positions, mask, cache.len())?;
     let logits = forward(cache, &batch)?;
     b.argmax_checked(&logits)
-}
-
-/// The rotary tables of a model on its backend.
-pub struct Rope<B: Backend> {
-    pub cos: B::Vector,
-    pub sin: B::Vector,
-    pub max_positions: usize,
-}
-
-impl<B: Backend> Rope<B> {
-    pub fn new(backend: &B, table: &RopeTable) -> Result<Self> {
-        Ok(Self {
-            cos: backend.vector(&table.cos)?,
-            sin: backend.vector(&table.sin)?,
-            max_positions: table.max_positions(),
-        })
-    }
 }
