@@ -8,7 +8,7 @@ use gpu_common::cuda;
 
 use kdtree_engine::TreeMask;
 use kdtree_engine::cpu::CpuBackend;
-use kdtree_engine::model::Routing;
+use kdtree_engine::registry::Routing;
 use kdtree_engine::registry::{
     Backend, DenseValues, DenseWeight, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeLayout, RopeSpan,
 };

@@ -17,8 +17,7 @@ use kdtree_jit::kernel::Kernels;
 use super::graph::Graphs;
 use super::mla::MlaKernels;
 use crate::error::{EngineError, Result};
-use crate::model::check_compact;
-use crate::registry::{Heads, KvStore};
+use crate::registry::{Heads, KvStore, check_compact};
 
 /// Tokens a page holds: a multiple of every MLA variant's key tile.
 pub const PAGE_TOKENS: usize = 64;

@@ -31,7 +31,7 @@ use super::linear::{self, CudaLinear};
 use super::ops;
 use super::tensor::CudaTensor;
 use crate::error::{EngineError, Result};
-use crate::model::Routing;
+use crate::registry::Routing;
 use crate::registry::{HostExperts, HostLinear};
 
 pub struct CudaExperts {

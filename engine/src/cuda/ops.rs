@@ -8,8 +8,8 @@ use kdtree_kernels as kk;
 use kdtree_quant::Dtype;
 
 use crate::error::{EngineError, Result};
-use crate::model::Routing;
 use crate::registry::RopeSpan;
+use crate::registry::Routing;
 
 fn bf16_only(op: &str, dtype: Dtype) -> Result<()> {
     match dtype {

@@ -23,11 +23,13 @@ mod startup;
 
 pub use linear::{DenseValues, DenseWeight, HostLinear};
 pub use rope::{Rope, RopeLayout, RopeSpan, RopeTable};
+
+/// The router's settings: one type for the CPU reference and the GPU router kernel.
+pub use kdtree_kernels::Routing;
 pub use startup::{BackendKind, Selection, select};
 
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::model::Routing;
 use kdtree_jit::mla::MlaShape;
 
 /// MLA's sizes, which lay out the KV cache: per token and layer one entry `[c_kv | k_pe]` of
@@ -148,6 +150,19 @@ pub trait KvStore {
     fn commit(&mut self, n: usize);
     /// Drops what a failed forward appended beyond the committed entries.
     fn rollback(&mut self);
+}
+
+/// Checks [`KvStore::compact`]'s arguments against a cache of `len` entries.
+pub(crate) fn check_compact(len: usize, start: usize, keep: &[usize]) -> Result<()> {
+    if !keep.windows(2).all(|w| w[0] < w[1]) {
+        return Err(EngineError::InvalidArgument(format!("compact: keep {keep:?} is not strictly ascending")));
+    }
+    if keep.last().is_some_and(|&j| start + j >= len) {
+        return Err(EngineError::InvalidArgument(format!(
+            "compact: keep {keep:?} after entry {start} reaches past the cache of {len}"
+        )));
+    }
+    Ok(())
 }
 
 /// A device that runs the model's ops on tensors of its own.

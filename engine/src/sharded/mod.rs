@@ -58,10 +58,10 @@ pub use collective::{CollectiveLog, Traffic, blocks};
 
 use collective::Op;
 
+use crate::cpu::KvCache;
 use crate::cpu::{CpuAbsorb, CpuBackend, CpuBatch, CpuExperts, CpuTensor, absorbed_attention};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::model::KvCache;
 use crate::ops::cpu;
 use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan};
 

@@ -2,13 +2,16 @@
 //! vectors. Every reduction runs in a fixed order and work is split over rows only, so a row's result
 //! is the same bits whether it is computed alone or in a batch.
 
+mod cache;
+
+pub use cache::KvCache;
+
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::model::{KvCache, Routing, route};
 use kdtree_jit::mla::reference as mla;
 
-use crate::ops::cpu;
-use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeLayout, RopeSpan};
+use crate::ops::cpu::{self, route};
+use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeLayout, RopeSpan, Routing};
 
 /// The reference backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
