@@ -9,13 +9,14 @@ use kdtree_jit::mla::{
 };
 use kdtree_jit::{Cache, Gpu, Target};
 
-use super::kv::PAGE_TOKENS;
 use super::tensor::MaskMode;
 use super::{CudaBackend, CudaBatch};
 use crate::cpu::CpuAbsorb;
 use crate::error::{EngineError, Result};
 use crate::registry::{Heads, HostLinear};
 
+/// Tokens a page holds: a multiple of every MLA variant's key tile.
+pub const PAGE_TOKENS: usize = 64;
 /// The most bytes of split partials one attention launch writes: rows run in slices that fit
 /// (K2: 31 rows of 64 heads x 64 splits), so a 1024-token prompt chunk costs no more than a tree.
 const WORKSPACE_BYTES: usize = 256 << 20;

@@ -45,16 +45,15 @@ use kdtree_jit::tune::env::Environment;
 use kdtree_jit::w4a16::dense::DenseVariant;
 use kdtree_jit::{Cache, Gpu, Target, compile_all_for};
 
-pub use graph::MAX_GRAPH_TOKENS;
-pub use kv::{CudaKv, KvBudget, PAGE_TOKENS};
+pub use kv::{CudaKv, KvBudget};
 pub use linear::{CudaLinear, ShapeKernels};
-pub use mla::{CudaAbsorb, MlaKernels};
+pub use mla::{CudaAbsorb, MlaKernels, PAGE_TOKENS};
 pub use moe::CudaExperts;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
 pub use startup_tune::{Missing, TuneSummary, missing};
 pub use streamed::{DenseShape, MAX_STREAMED_ROWS};
 use tensor::HostBatch;
-pub use tensor::{CudaBatch, CudaTensor};
+pub use tensor::{CudaBatch, CudaTensor, MAX_GRAPH_TOKENS};
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;

@@ -58,8 +58,7 @@ pub use collective::{CollectiveLog, Traffic, blocks};
 
 use collective::Op;
 
-use crate::cpu::KvCache;
-use crate::cpu::{CpuAbsorb, CpuBackend, CpuBatch, CpuExperts, CpuTensor, absorbed_attention};
+use crate::cpu::{CpuAbsorb, CpuBackend, CpuBatch, CpuExperts, CpuTensor, KvCache, absorbed_attention};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::ops::cpu;
