@@ -75,9 +75,11 @@ impl KvStore for KvCache {
 mod tests {
     use super::*;
     use crate::registry::KvDtype;
+    use kdtree_jit::mla::MlaShape;
 
     /// Entries of 2 values.
-    const HEADS: Heads = Heads { heads: 1, nope: 1, rope: 1, v: 1, latent: 1, scale: 1.0, kv: KvDtype::F32 };
+    const HEADS: Heads =
+        Heads { mla: MlaShape { heads: 1, nope: 1, rope: 1, v: 1, latent: 1, scale: 1.0 }, kv: KvDtype::F32 };
 
     fn filled(n: usize) -> KvCache {
         let mut c = KvCache::new(2, HEADS);

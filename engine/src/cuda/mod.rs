@@ -308,7 +308,7 @@ impl CudaBackend {
             return Ok(());
         }
         let arch = self.gpu.arch;
-        let tuned = || kdtree_jit::tune::mla::tuned_variant(&self.db, &self.env, arch, &h.mla());
+        let tuned = || kdtree_jit::tune::mla::tuned_variant(&self.db, &self.env, arch, &h.mla);
         let decode = self.mla_variant.or_else(tuned).unwrap_or_else(|| MlaDecode::default_for(&Target { arch }));
         let kernels = Arc::new(MlaKernels::load(&self.gpu, decode, self.cache.as_ref())?);
         let _ = self.mla.set(kernels);
@@ -468,7 +468,8 @@ impl Backend for CudaBackend {
         batch: &CudaBatch,
     ) -> Result<()> {
         let h = cache.heads;
-        if latent.rows != batch.n || k_rope.rows != batch.n || latent.cols != h.latent || k_rope.cols != h.rope {
+        if latent.rows != batch.n || k_rope.rows != batch.n || latent.cols != h.mla.latent || k_rope.cols != h.mla.rope
+        {
             return Err(shape_error(
                 "kv_append",
                 format!(
@@ -510,7 +511,7 @@ impl Backend for CudaBackend {
         let table = cache.table.as_ref().expect("a cache with room has a table");
         let mla = self.mla()?;
         self.timed(attention, || {
-            let mut out = self.tensor(batch.n, h.heads * h.v)?;
+            let mut out = self.tensor(batch.n, h.mla.heads * h.mla.v)?;
             mla.attention(self, &q.data, table, h, layer, batch, kv_b, &mut out.data)?;
             Ok(out)
         })

@@ -37,43 +37,25 @@ use kdtree_jit::mla::MlaShape;
 /// stored in `kv`. Queries and outputs are per head: a query of `nope + rope`, an output of `v`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Heads {
-    pub heads: usize,
-    pub nope: usize,
-    pub rope: usize,
-    pub v: usize,
-    /// `kv_lora_rank`.
-    pub latent: usize,
-    /// Multiplies `q · k` before the softmax.
-    pub scale: f32,
+    /// The sizes, as the MLA kernels and their reference see them.
+    pub mla: MlaShape,
     /// How the cache stores its entries.
     pub kv: KvDtype,
 }
 
 impl Heads {
     pub fn qk(&self) -> usize {
-        self.nope + self.rope
+        self.mla.nope + self.mla.rope
     }
 
     /// Values of one cache entry, `[c_kv | k_pe]`.
     pub fn width(&self) -> usize {
-        self.latent + self.rope
+        self.mla.width()
     }
 
     /// Bytes of one token's entries over `layers` layers: what a forward reads per cached token.
     pub fn kv_bytes_per_token(&self, layers: usize) -> usize {
         layers * self.width() * self.kv.bytes()
-    }
-
-    /// The sizes as the MLA kernels and their reference see them.
-    pub fn mla(&self) -> MlaShape {
-        MlaShape {
-            heads: self.heads,
-            nope: self.nope,
-            rope: self.rope,
-            v: self.v,
-            latent: self.latent,
-            scale: self.scale,
-        }
     }
 }
 
