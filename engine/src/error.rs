@@ -114,7 +114,7 @@ pub enum EngineError {
     #[error("no W4A16 kernel for the {shape} weights: {reason}")]
     NoKernel { shape: String, reason: String },
 
-    #[error("--backend cuda: {reason}")]
+    #[error("the CUDA backend cannot run here: {reason}")]
     BackendUnavailable { reason: String },
 
     /// A forward's logits held NaN or infinite values. `op` is the first op of that forward whose

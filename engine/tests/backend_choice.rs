@@ -39,6 +39,8 @@ fn cuda_without_a_gpu_is_an_error_naming_what_is_missing() {
     let err = select(BackendKind::Cuda, no_gpu).unwrap_err();
     assert!(matches!(err, EngineError::BackendUnavailable { .. }), "{err:?}");
     assert!(err.to_string().contains("no CUDA driver found"), "{err}");
+    // The flag is the CLI's to name (tests/cli.rs).
+    assert!(!err.to_string().contains("--backend"), "{err}");
 }
 
 #[test]

@@ -223,6 +223,20 @@ fn tune_budget_takes_seconds_is_documented_and_the_cpu_ignores_it() {
     assert_says(&String::from_utf8_lossy(&help.stdout), &["--tune-budget <SECONDS>"]);
 }
 
+#[test]
+fn cuda_asked_for_but_not_usable_is_an_error_naming_the_flag() {
+    let model = tiny();
+    // No machine has a GPU 99, so this fails with or without a GPU: the library says why, the CLI names the flag.
+    let output = Command::new(env!("CARGO_BIN_EXE_kdtree-engine"))
+        .args(["generate", "--backend", "cuda", "--gpu", "99", "--model", model.path().to_str().unwrap()])
+        .args(["--prompt-ids", "1,2,3", "--tune-budget", "0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.code() == Some(1) && !stderr.contains("panicked"), "{:?}: {stderr}", output.status);
+    assert_says(&stderr, &["--backend cuda", "the CUDA backend cannot run here: "]);
+}
+
 /// `kdtree-engine` with `args` and stdout on a full disk (/dev/full).
 fn to_full_disk(args: &[&str]) -> Output {
     let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();

@@ -59,7 +59,7 @@ fn k2_latent_kv_takes_1152_bytes_a_token_a_layer() {
     assert_eq!(h.kv_bytes_per_token(c.num_hidden_layers), 70_272);
     assert_eq!(c.heads(KvDtype::F32).kv_bytes_per_token(1), 2304);
     // The cache it replaced: per head, keys of nope + rope and values of v, in f32.
-    let per_head_f32 = h.heads * (h.nope + h.rope + h.v) * 4;
+    let per_head_f32 = h.mla.heads * (h.mla.nope + h.mla.rope + h.mla.v) * 4;
     assert_eq!(per_head_f32, 81_920);
     assert!(per_head_f32 as f64 / h.kv_bytes_per_token(1) as f64 > 71.0);
     let context_131072 = 131_072 * h.kv_bytes_per_token(c.num_hidden_layers);

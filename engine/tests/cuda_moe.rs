@@ -9,7 +9,8 @@ use gpu_common::cuda;
 
 use kdtree_engine::TreeMask;
 use kdtree_engine::cpu::CpuBackend;
-use kdtree_engine::model::{Routing, route};
+use kdtree_engine::ops::cpu::route;
+use kdtree_engine::registry::Routing;
 use kdtree_engine::registry::{Backend, DenseValues, DenseWeight, HostExperts, HostLinear};
 use kdtree_quant::sample::symmetric;
 use kdtree_quant::{Dtype, QuantizedWeight};

@@ -8,10 +8,10 @@ use gpu_common::cuda;
 
 use kdtree_engine::TreeMask;
 use kdtree_engine::cpu::CpuBackend;
-use kdtree_engine::model::Routing;
 use kdtree_engine::registry::{
-    Backend, DenseValues, DenseWeight, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeLayout, RopeSpan,
+    Backend, DenseValues, DenseWeight, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeLayout, RopeSpan, Routing,
 };
+use kdtree_jit::mla::MlaShape;
 use kdtree_quant::compare::Measure;
 use kdtree_quant::sample::symmetric;
 use kdtree_quant::{Dtype, QuantizedWeight};
@@ -81,7 +81,8 @@ fn run_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
     }
     // Absorbed MLA: 2 heads of nope 8 + rope 16, values of 6, a latent of 32, after a cache of 3
     // entries.
-    let heads = Heads { heads: 2, nope: 8, rope: 16, v: 6, latent: 32, scale: 0.3, kv: KvDtype::Bf16 };
+    let mla = MlaShape { heads: 2, nope: 8, rope: 16, v: 6, latent: 32, scale: 0.3 };
+    let heads = Heads { mla, kv: KvDtype::Bf16 };
     // The MLA kernels load with the first attention weights, before any cache is made.
     let kv_b = b.absorb("kv_b", &dense(2 * (8 + 6), 32, seed + 8), heads).unwrap();
     let mut cache = b.new_cache(1, heads, 64);

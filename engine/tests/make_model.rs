@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use kdtree_engine::model::route;
+use kdtree_engine::ops::cpu::route;
 use kdtree_engine::tiny::{Sharding, TinySpec, write_model};
 use kdtree_engine::{Config, Model};
 use kdtree_quant::SafetensorsFile;

@@ -1,7 +1,8 @@
 //! MoE routing against a plain scalar re-implementation of DeepSeek-V3's `noaux_tc` router,
 //! with values drawn from a small set so that ties are common.
 
-use kdtree_engine::model::{Routing, route};
+use kdtree_engine::ops::cpu::route;
+use kdtree_engine::registry::Routing;
 use proptest::prelude::*;
 
 /// Repeated linear scans with a strict `>`: the first (lowest-index) maximum always wins.

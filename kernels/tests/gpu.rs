@@ -12,6 +12,7 @@ mod common;
 
 use common::{kernels, max_error};
 use kdtree_engine::ops::cpu;
+use kdtree_engine::registry::RopeTable;
 use proptest::prelude::*;
 
 fn config() -> ProptestConfig {
@@ -61,7 +62,7 @@ proptest! {
     ) {
         let head_dim = 2 * half;
         let inv_freq: Vec<f64> = (0..half).map(|i| 10000f64.powf(-(i as f64) / half as f64)).collect();
-        let table = cpu::RopeTable::new(&inv_freq, 64, 1.0);
+        let table = RopeTable::new(&inv_freq, 64, 1.0);
         let x = values(positions.len() * heads * head_dim, 4.0, seed);
         let mut want = x.clone();
         cpu::rope_interleaved(&mut want, head_dim, &positions, &table.cos, &table.sin);

@@ -17,7 +17,8 @@
 mod common;
 
 use common::{RELATIVE, gpu, kernels};
-use kdtree_engine::model::{Routing, route};
+use kdtree_engine::ops::cpu::route;
+use kdtree_engine::registry::Routing;
 use kdtree_jit::w4a16::grouped::{
     Epilogue, GroupedKernel, W4a16Grouped, XRows, align, grouped_host, interleave_gate_up, sample_routing,
 };

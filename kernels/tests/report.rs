@@ -9,6 +9,7 @@ mod common;
 use common::{gpu, kernels, max_error};
 use cudarc::driver::sys::CUdevice_attribute;
 use kdtree_engine::ops::cpu;
+use kdtree_engine::registry::RopeTable;
 use kdtree_jit::Gpu;
 use kdtree_jit::tune::bench::{BenchConfig, measure};
 use kdtree_jit::tune::clock::CudaClock;
@@ -140,7 +141,7 @@ fn kernels_at_kimi_k2_sizes() {
         let (heads, head_dim) = (64, 64);
         let positions: Vec<usize> = (0..128).map(|i| 4000 + i * 3).collect();
         let inv_freq: Vec<f64> = (0..head_dim / 2).map(|i| 10000f64.powf(-2.0 * i as f64 / head_dim as f64)).collect();
-        let table = cpu::RopeTable::new(&inv_freq, 4096 + 400, 1.0);
+        let table = RopeTable::new(&inv_freq, 4096 + 400, 1.0);
         let x = values(128 * heads * head_dim, 2.0);
         let mut want = x.clone();
         cpu::rope_interleaved(&mut want, head_dim, &positions, &table.cos, &table.sin);

@@ -148,7 +148,8 @@ impl BackendArgs {
             kv_budget: self.kv_memory,
             mla: self.mla_variant,
         };
-        Ok(match select(self.backend, || CudaBackend::open(&options))? {
+        // Only `cuda` is an error here (`auto` falls back to the CPU with a note): the flag that asked for it.
+        Ok(match select(self.backend, || CudaBackend::open(&options)).context("--backend cuda")? {
             Selection::Cpu { note } => {
                 if let Some(note) = note {
                     eprintln!("{note}");

@@ -15,47 +15,19 @@
 //! (lazily loaded modules are never first touched inside a capture), and a size seen once, such as a
 //! prompt, is never recorded.
 
-use std::collections::{HashMap, HashSet};
-
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaSlice};
 
 use super::CudaBackend;
-use super::kv::CudaKv;
+use super::kv::{CudaKv, Recorded};
 use super::ops;
-use super::tensor::{CudaBatch, CudaTensor, HostBatch};
+use super::tensor::{CudaBatch, CudaTensor, HostBatch, MAX_GRAPH_TOKENS};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::registry::{KvStore, eager_forward_argmax};
 
-/// The most tokens a recorded forward has: tree verification's sizes. Larger forwards (prompts) run
-/// eagerly.
-pub const MAX_GRAPH_TOKENS: usize = 256;
 /// The most sizes one cache records; further sizes run eagerly. Each graph keeps the memory of its
 /// activations.
 const MAX_GRAPHS: usize = 32;
-
-/// The graphs recorded from one cache, by batch size.
-#[derive(Default)]
-pub struct Graphs {
-    seen: HashSet<usize>,
-    recorded: HashMap<usize, Recorded>,
-}
-
-impl Graphs {
-    /// How many sizes are recorded.
-    pub fn recorded(&self) -> usize {
-        self.recorded.len()
-    }
-}
-
-/// One recorded forward and the buffers it reads its inputs from and writes its outputs to.
-struct Recorded {
-    graph: CudaGraph,
-    batch: CudaBatch,
-    ids: CudaSlice<u32>,
-    count: CudaSlice<u32>,
-}
 
 /// [`crate::registry::Backend::forward_argmax`] through a graph of `cache`'s for this size: replayed
 /// when recorded, recorded when the size was seen before, else run eagerly.

@@ -9,19 +9,17 @@
 //! by a budget ([`KvBudget`]), so a context that does not fit is an error naming the bound, before
 //! the GPU runs out of memory.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaGraph, CudaSlice, CudaStream, DevicePtr};
 use kdtree_jit::kernel::Kernels;
 
-use super::graph::Graphs;
-use super::mla::MlaKernels;
+use super::mla::{MlaKernels, PAGE_TOKENS};
+use super::tensor::CudaBatch;
 use crate::error::{EngineError, Result};
-use crate::model::check_compact;
-use crate::registry::{Heads, KvStore};
+use crate::registry::{Heads, KvStore, check_compact};
 
-/// Tokens a page holds: a multiple of every MLA variant's key tile.
-pub const PAGE_TOKENS: usize = 64;
 /// Pages allocated together when the cache grows: 4096 tokens, few allocations for long contexts
 /// and little unused room for short ones.
 const CHUNK_PAGES: usize = 64;
@@ -161,6 +159,28 @@ impl CudaKv {
         }
         Ok(())
     }
+}
+
+/// The graphs recorded from one cache, by batch size ([`super::graph`] records and replays them).
+#[derive(Default)]
+pub struct Graphs {
+    pub(super) seen: HashSet<usize>,
+    pub(super) recorded: HashMap<usize, Recorded>,
+}
+
+impl Graphs {
+    /// How many sizes are recorded.
+    pub fn recorded(&self) -> usize {
+        self.recorded.len()
+    }
+}
+
+/// One recorded forward and the buffers it reads its inputs from and writes its outputs to.
+pub(super) struct Recorded {
+    pub(super) graph: CudaGraph,
+    pub(super) batch: CudaBatch,
+    pub(super) ids: CudaSlice<u32>,
+    pub(super) count: CudaSlice<u32>,
 }
 
 impl KvStore for CudaKv {

@@ -9,13 +9,14 @@ use kdtree_jit::mla::{
 };
 use kdtree_jit::{Cache, Gpu, Target};
 
-use super::kv::PAGE_TOKENS;
 use super::tensor::MaskMode;
 use super::{CudaBackend, CudaBatch};
 use crate::cpu::CpuAbsorb;
 use crate::error::{EngineError, Result};
 use crate::registry::{Heads, HostLinear};
 
+/// Tokens a page holds: a multiple of every MLA variant's key tile.
+pub const PAGE_TOKENS: usize = 64;
 /// The most bytes of split partials one attention launch writes: rows run in slices that fit
 /// (K2: 31 rows of 64 heads x 64 splits), so a 1024-token prompt chunk costs no more than a tree.
 const WORKSPACE_BYTES: usize = 256 << 20;
@@ -62,7 +63,7 @@ impl MlaKernels {
     ) -> Result<CudaSlice<f32>> {
         let mut out = self.gpu.stream.alloc_zeros::<f32>((idx.len() * h.width()).max(1))?;
         let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
-        self.aux.gather(&self.gpu, &h.mla(), &idx.as_view(), &cache, &mut out.as_view_mut())?;
+        self.aux.gather(&self.gpu, &h.mla, &idx.as_view(), &cache, &mut out.as_view_mut())?;
         Ok(out)
     }
 
@@ -81,7 +82,7 @@ impl MlaKernels {
     ) -> Result<()> {
         let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
         let (latent, k_rope) = (latent.as_view(), k_rope.as_view());
-        Ok(self.aux.append(&self.gpu, &h.mla(), n, &latent, &k_rope, &cache, &at.as_view())?)
+        Ok(self.aux.append(&self.gpu, &h.mla, n, &latent, &k_rope, &cache, &at.as_view())?)
     }
 
     /// Writes `n` f32 entries `[n, width]` (from [`Self::gather`]) to layer `layer` at entries
@@ -98,9 +99,9 @@ impl MlaKernels {
         at: &CudaSlice<u32>,
     ) -> Result<()> {
         let s = &self.gpu.stream;
-        let (mut latent, mut k_rope) = (s.alloc_zeros::<f32>(n * h.latent)?, s.alloc_zeros::<f32>(n * h.rope)?);
-        kdtree_kernels::copy_cols(k, entries, h.width(), 0, h.latent, &mut latent)?;
-        kdtree_kernels::copy_cols(k, entries, h.width(), h.latent, h.rope, &mut k_rope)?;
+        let (mut latent, mut k_rope) = (s.alloc_zeros::<f32>(n * h.mla.latent)?, s.alloc_zeros::<f32>(n * h.mla.rope)?);
+        kdtree_kernels::copy_cols(k, entries, h.width(), 0, h.mla.latent, &mut latent)?;
+        kdtree_kernels::copy_cols(k, entries, h.width(), h.mla.latent, h.mla.rope, &mut k_rope)?;
         self.append(table, h, layer, &latent, &k_rope, n, at)
     }
 
@@ -118,7 +119,7 @@ impl MlaKernels {
         kv_b: &CudaAbsorb,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let (s, n, gpu) = (h.mla(), batch.n, &self.gpu);
+        let (s, n, gpu) = (h.mla, batch.n, &self.gpu);
         let mut q_lat = b.output::<u16>(n * s.heads * s.width())?;
         self.aux.absorb(gpu, &s, n, &q.as_view(), &kv_b.w.as_view(), &mut q_lat.as_view_mut())?;
         let row = self.variant().workspace_len(1, s.heads, s.latent);
@@ -162,7 +163,7 @@ impl CudaAbsorb {
 
 /// Why the MLA kernels cannot run `h`, as an error before any weight is uploaded.
 pub(super) fn check_shape(h: Heads) -> Result<()> {
-    let s: MlaShape = h.mla();
+    let s: MlaShape = h.mla;
     if let Some(reason) = shape_error(&s) {
         return Err(unsupported(h, reason));
     }

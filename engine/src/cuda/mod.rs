@@ -45,16 +45,15 @@ use kdtree_jit::tune::env::Environment;
 use kdtree_jit::w4a16::dense::DenseVariant;
 use kdtree_jit::{Cache, Gpu, Target, compile_all_for};
 
-pub use graph::MAX_GRAPH_TOKENS;
-pub use kv::{CudaKv, KvBudget, PAGE_TOKENS};
+pub use kv::{CudaKv, KvBudget};
 pub use linear::{CudaLinear, ShapeKernels};
-pub use mla::{CudaAbsorb, MlaKernels};
+pub use mla::{CudaAbsorb, MlaKernels, PAGE_TOKENS};
 pub use moe::CudaExperts;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
 pub use startup_tune::{Missing, TuneSummary, missing};
 pub use streamed::{DenseShape, MAX_STREAMED_ROWS};
 use tensor::HostBatch;
-pub use tensor::{CudaBatch, CudaTensor};
+pub use tensor::{CudaBatch, CudaTensor, MAX_GRAPH_TOKENS};
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
@@ -309,7 +308,7 @@ impl CudaBackend {
             return Ok(());
         }
         let arch = self.gpu.arch;
-        let tuned = || kdtree_jit::tune::mla::tuned_variant(&self.db, &self.env, arch, &h.mla());
+        let tuned = || kdtree_jit::tune::mla::tuned_variant(&self.db, &self.env, arch, &h.mla);
         let decode = self.mla_variant.or_else(tuned).unwrap_or_else(|| MlaDecode::default_for(&Target { arch }));
         let kernels = Arc::new(MlaKernels::load(&self.gpu, decode, self.cache.as_ref())?);
         let _ = self.mla.set(kernels);
@@ -469,7 +468,8 @@ impl Backend for CudaBackend {
         batch: &CudaBatch,
     ) -> Result<()> {
         let h = cache.heads;
-        if latent.rows != batch.n || k_rope.rows != batch.n || latent.cols != h.latent || k_rope.cols != h.rope {
+        if latent.rows != batch.n || k_rope.rows != batch.n || latent.cols != h.mla.latent || k_rope.cols != h.mla.rope
+        {
             return Err(shape_error(
                 "kv_append",
                 format!(
@@ -511,7 +511,7 @@ impl Backend for CudaBackend {
         let table = cache.table.as_ref().expect("a cache with room has a table");
         let mla = self.mla()?;
         self.timed(attention, || {
-            let mut out = self.tensor(batch.n, h.heads * h.v)?;
+            let mut out = self.tensor(batch.n, h.mla.heads * h.mla.v)?;
             mla.attention(self, &q.data, table, h, layer, batch, kv_b, &mut out.data)?;
             Ok(out)
         })

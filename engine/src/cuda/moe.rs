@@ -31,7 +31,7 @@ use super::linear::{self, CudaLinear};
 use super::ops;
 use super::tensor::CudaTensor;
 use crate::error::{EngineError, Result};
-use crate::model::Routing;
+use crate::registry::Routing;
 use crate::registry::{HostExperts, HostLinear};
 
 pub struct CudaExperts {
@@ -130,7 +130,7 @@ fn grouped_variant(b: &CudaBackend, e: &HostExperts, hidden: usize) -> std::resu
         HostLinear::Dense(_) => None,
     };
     let chosen = match b.moe {
-        super::MoeKernels::PerExpert => return Err("--per-expert-moe was given".into()),
+        super::MoeKernels::PerExpert => return Err("asked for by the options (MoeKernels::PerExpert)".into()),
         super::MoeKernels::Grouped(v) => v,
     };
     let (Some(first_gu), Some(first_down)) =

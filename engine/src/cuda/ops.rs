@@ -8,8 +8,8 @@ use kdtree_kernels as kk;
 use kdtree_quant::Dtype;
 
 use crate::error::{EngineError, Result};
-use crate::model::Routing;
-use crate::registry::{RopeLayout, RopeSpan};
+use crate::registry::RopeSpan;
+use crate::registry::Routing;
 
 fn bf16_only(op: &str, dtype: Dtype) -> Result<()> {
     match dtype {
@@ -47,10 +47,6 @@ pub fn rope(
     sin: &CudaSlice<f32>,
 ) -> Result<()> {
     let RopeSpan { stride, offset, dim, layout } = span;
-    let layout = match layout {
-        RopeLayout::Interleaved => kk::RopeLayout::Interleaved,
-        RopeLayout::HalfSplit => kk::RopeLayout::HalfSplit,
-    };
     let heads = cols.checked_div(stride).unwrap_or(0);
     let columns = kk::RopeColumns { heads, head_stride: stride, offset, dim, layout };
     Ok(kk::rope_strided(k, x, columns, positions, cos, sin)?)

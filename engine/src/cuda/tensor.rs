@@ -49,10 +49,13 @@ pub enum MaskMode {
     Bits = 2,
 }
 
+/// The most tokens a recorded forward has: tree verification's sizes. Larger forwards (prompts) run
+/// eagerly.
+pub const MAX_GRAPH_TOKENS: usize = 256;
 /// The most tokens of a forward whose mask is sent as bits whatever it is: every size a graph
 /// records, so that one recorded forward serves trees and chains alike. Longer forwards (prompt
 /// chunks) send a causal or full mask as its mode alone, and a tree's bits up to [`MAX_TREE_BITS`].
-const ALWAYS_BITS: usize = super::graph::MAX_GRAPH_TOKENS;
+const ALWAYS_BITS: usize = MAX_GRAPH_TOKENS;
 /// The largest tree whose bits are sent (512 KiB of them).
 pub const MAX_TREE_BITS: usize = 2048;
 

@@ -10,6 +10,8 @@ mod raw;
 
 use std::path::Path;
 
+use kdtree_jit::mla::MlaShape;
+
 use super::json::{err, read, read_capped, under};
 use super::layout::Layout;
 use super::quant_config::QuantConfig;
@@ -179,15 +181,15 @@ impl Config {
 
     /// MLA's head sizes, with the cache storing its entries as `kv`.
     pub fn heads(&self, kv: KvDtype) -> Heads {
-        Heads {
+        let mla = MlaShape {
             heads: self.num_attention_heads,
             nope: self.qk_nope_head_dim,
             rope: self.qk_rope_head_dim,
             v: self.v_head_dim,
             latent: self.kv_lora_rank,
             scale: super::rotary::softmax_scale(self),
-            kv,
-        }
+        };
+        Heads { mla, kv }
     }
 
     /// The group size of the linear module `module` (the text model's name) if the quantization

@@ -24,7 +24,6 @@
 //! every tensor once copied, so the host holds about one weight at a time beyond the backend's copy.
 
 mod attention;
-mod cache;
 mod checkpoint;
 mod config;
 mod int4_weights;
@@ -40,12 +39,9 @@ mod shard_path;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use cache::KvCache;
-pub(crate) use cache::check_compact;
 pub use config::{Config, Yarn};
 pub use int4_weights::{Int4Weight, int4_weights};
 pub use layout::{Layout, Skipped};
-pub use moe::{Routing, route};
 pub use quant_config::QuantConfig;
 pub use rotary::{softmax_scale, yarn_mscale};
 

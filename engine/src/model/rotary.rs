@@ -4,7 +4,7 @@
 use std::f64::consts::PI;
 
 use super::config::{Config, Yarn};
-use crate::ops::cpu::RopeTable;
+use crate::registry::RopeTable;
 
 /// `mscale(s, m) = 0.1 m ln(s) + 1` for `s > 1`, else 1.
 pub fn yarn_mscale(scale: f64, m: f64) -> f64 {

@@ -18,78 +18,44 @@
 //! | [`Backend::forward_argmax`] | a whole forward to its argmax ids, which a backend may record once and replay |
 
 mod linear;
+mod rope;
 mod startup;
 
 pub use linear::{DenseValues, DenseWeight, HostLinear};
+pub use rope::{Rope, RopeLayout, RopeSpan, RopeTable};
+
+/// The router's settings: one type for the CPU reference and the GPU router kernel.
+pub use kdtree_kernels::Routing;
 pub use startup::{BackendKind, Selection, select};
 
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::model::Routing;
-use crate::ops::cpu::RopeTable;
 use kdtree_jit::mla::MlaShape;
-
-/// How the rotary part of a head is laid out (config `rope_interleave`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeLayout {
-    /// Adjacent pairs, DeepSeek-V3's layout.
-    Interleaved,
-    /// `(x[i], x[i + d/2])` pairs.
-    HalfSplit,
-}
-
-/// Which columns of each head [`Backend::rope`] rotates: heads of `stride` columns, columns
-/// `offset..offset + dim` of each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RopeSpan {
-    pub stride: usize,
-    pub offset: usize,
-    pub dim: usize,
-    pub layout: RopeLayout,
-}
 
 /// MLA's sizes, which lay out the KV cache: per token and layer one entry `[c_kv | k_pe]` of
 /// `latent + rope` values (the normalised compressed kv and the rotated key shared by every head),
 /// stored in `kv`. Queries and outputs are per head: a query of `nope + rope`, an output of `v`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Heads {
-    pub heads: usize,
-    pub nope: usize,
-    pub rope: usize,
-    pub v: usize,
-    /// `kv_lora_rank`.
-    pub latent: usize,
-    /// Multiplies `q · k` before the softmax.
-    pub scale: f32,
+    /// The sizes, as the MLA kernels and their reference see them.
+    pub mla: MlaShape,
     /// How the cache stores its entries.
     pub kv: KvDtype,
 }
 
 impl Heads {
     pub fn qk(&self) -> usize {
-        self.nope + self.rope
+        self.mla.nope + self.mla.rope
     }
 
     /// Values of one cache entry, `[c_kv | k_pe]`.
     pub fn width(&self) -> usize {
-        self.latent + self.rope
+        self.mla.width()
     }
 
     /// Bytes of one token's entries over `layers` layers: what a forward reads per cached token.
     pub fn kv_bytes_per_token(&self, layers: usize) -> usize {
         layers * self.width() * self.kv.bytes()
-    }
-
-    /// The sizes as the MLA kernels and their reference see them.
-    pub fn mla(&self) -> MlaShape {
-        MlaShape {
-            heads: self.heads,
-            nope: self.nope,
-            rope: self.rope,
-            v: self.v,
-            latent: self.latent,
-            scale: self.scale,
-        }
     }
 }
 
@@ -166,6 +132,19 @@ pub trait KvStore {
     fn commit(&mut self, n: usize);
     /// Drops what a failed forward appended beyond the committed entries.
     fn rollback(&mut self);
+}
+
+/// Checks [`KvStore::compact`]'s arguments against a cache of `len` entries.
+pub(crate) fn check_compact(len: usize, start: usize, keep: &[usize]) -> Result<()> {
+    if !keep.windows(2).all(|w| w[0] < w[1]) {
+        return Err(EngineError::InvalidArgument(format!("compact: keep {keep:?} is not strictly ascending")));
+    }
+    if keep.last().is_some_and(|&j| start + j >= len) {
+        return Err(EngineError::InvalidArgument(format!(
+            "compact: keep {keep:?} after entry {start} reaches past the cache of {len}"
+        )));
+    }
+    Ok(())
 }
 
 /// A device that runs the model's ops on tensors of its own.
@@ -300,21 +279,4 @@ where
     let batch = b.batch(tokens, positions, mask, cache.len())?;
     let logits = forward(cache, &batch)?;
     b.argmax_checked(&logits)
-}
-
-/// The rotary tables of a model on its backend.
-pub struct Rope<B: Backend> {
-    pub cos: B::Vector,
-    pub sin: B::Vector,
-    pub max_positions: usize,
-}
-
-impl<B: Backend> Rope<B> {
-    pub fn new(backend: &B, table: &RopeTable) -> Result<Self> {
-        Ok(Self {
-            cos: backend.vector(&table.cos)?,
-            sin: backend.vector(&table.sin)?,
-            max_positions: table.max_positions(),
-        })
-    }
 }

@@ -57,11 +57,11 @@ use std::sync::{Mutex, MutexGuard};
 pub use collective::{CollectiveLog, Traffic, blocks};
 
 use collective::Op;
+use kdtree_jit::mla::MlaShape;
 
-use crate::cpu::{CpuAbsorb, CpuBackend, CpuBatch, CpuExperts, CpuTensor, absorbed_attention};
+use crate::cpu::{CpuAbsorb, CpuBackend, CpuBatch, CpuExperts, CpuTensor, KvCache, absorbed_attention};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::model::KvCache;
 use crate::ops::cpu;
 use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan};
 
@@ -275,19 +275,22 @@ impl Backend for ShardedCpu {
     ) -> Result<CpuTensor> {
         let h = cache.heads();
         let (entries, past, n) = (cache.layer(layer), cache.len(), batch.mask.len());
-        if q.data.len() != n * h.heads * h.qk() || entries.len() != (past + n) * h.width() {
+        if q.data.len() != n * h.mla.heads * h.qk() || entries.len() != (past + n) * h.width() {
             // The CPU backend's own checks name the mismatch.
             return CpuBackend.attention(q, cache, layer, batch, kv_b);
         }
         // Each rank holds its heads' queries and kv_b rows, and the whole (shared) latent cache.
-        let heads: Vec<Range<usize>> = blocks(h.heads, self.ranks).into_iter().filter(|b| !b.is_empty()).collect();
+        let heads: Vec<Range<usize>> = blocks(h.mla.heads, self.ranks).into_iter().filter(|b| !b.is_empty()).collect();
         let parts = self.on_ranks("attention", heads.len(), |i| {
             let b = &heads[i];
-            let rows = h.nope + h.v;
-            let local = Heads { heads: b.len(), ..h };
-            let qr = head_columns(&q.data, h.heads, h.qk(), b);
-            let w = &kv_b.0[b.start * rows * h.latent..b.end * rows * h.latent];
-            Ok(CpuTensor { data: absorbed_attention(&qr, entries, past, &batch.mask, local, w), cols: b.len() * h.v })
+            let rows = h.mla.nope + h.mla.v;
+            let local = Heads { mla: MlaShape { heads: b.len(), ..h.mla }, ..h };
+            let qr = head_columns(&q.data, h.mla.heads, h.qk(), b);
+            let w = &kv_b.0[b.start * rows * h.mla.latent..b.end * rows * h.mla.latent];
+            Ok(CpuTensor {
+                data: absorbed_attention(&qr, entries, past, &batch.mask, local, w),
+                cols: b.len() * h.mla.v,
+            })
         })?;
         let y = concat_columns(&parts, n);
         self.record(Op::Attention, 4 * y.data.len());

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::bail;
 
-use kdtree_jit::tune::db::{Entry, TuningDb};
+use kdtree_jit::tune::db::Entry;
 use kdtree_jit::tune::report::Row;
 use kdtree_jit::tune::session::Session;
 use kdtree_jit::w4a16::dense::DenseVariant;
@@ -24,8 +24,7 @@ pub struct BenchArgs {
 pub fn run(args: &BenchArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
     let gpu = args.out.open_gpu(nvrtc, "bench")?;
     let mut session = Session::open(&gpu, args.out.flush)?;
-    let db_path = args.out.db_path();
-    let mut db = TuningDb::open(&db_path)?;
+    let (db_path, mut db) = args.out.open_db()?;
     let stale = stale_rows(&db, &session, &db_path);
     // GEMMs only: an MoE step is measured again by tuning it again (`tune --preset kimi-k2-moe`).
     let (fresh, _) = db.partition(&session.env);

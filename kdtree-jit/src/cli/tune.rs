@@ -142,6 +142,14 @@ impl Output {
         self.db.clone().unwrap_or_else(TuningDb::default_path)
     }
 
+    /// The DB's path and the DB. A file that is not a tuning DB is left as it is, and the error
+    /// names the flag that picks another.
+    pub fn open_db(&self) -> anyhow::Result<(PathBuf, TuningDb)> {
+        let path = self.db_path();
+        let db = TuningDb::open(&path).with_context(|| format!("--db {}", path.display()))?;
+        Ok((path, db))
+    }
+
     /// The table or the JSON on stdout, and the plot if asked for.
     pub fn emit(&self, session: &Session<'_>, rows: Vec<Row>, stale: Vec<StaleRow>) -> anyhow::Result<()> {
         if let Some(path) = &self.plot {
@@ -266,7 +274,7 @@ fn run_mla(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
         progress.get_or_insert_with(|| bar(total as u64, "tune")).set_position(done as u64)
     })?;
     progress.inspect(ProgressBar::finish_and_clear);
-    db.save(&db_path)?;
+    db.save(&db_path).with_context(|| format!("--db {}", db_path.display()))?;
     for r in &tuned.rejected {
         eprintln!("{}: {} rejected: {}", tuned.key, r.variant, r.reason);
     }
@@ -316,7 +324,7 @@ fn run_dense16(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
         progress.get_or_insert_with(|| bar(total as u64, "tune")).set_position(done as u64)
     })?;
     progress.inspect(ProgressBar::finish_and_clear);
-    db.save(&db_path)?;
+    db.save(&db_path).with_context(|| format!("--db {}", db_path.display()))?;
     for t in &tuned {
         for r in &t.rejected {
             eprintln!("{}: {} rejected: {}", t.key, r.variant, r.reason);
@@ -370,8 +378,7 @@ fn run_dense16(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
 
 /// The DB's path, the DB, and the cubin cache.
 fn open_stores(out: &Output) -> anyhow::Result<(PathBuf, TuningDb, Cache)> {
-    let db_path = out.db_path();
-    let db = TuningDb::open(&db_path)?;
+    let (db_path, db) = out.open_db()?;
     Ok((db_path, db, Cache::open(&Cache::default_dir())?))
 }
 
@@ -436,5 +443,22 @@ fn print_stale(rows: &[StaleRow], path: &Path) {
         for r in rows {
             eprintln!("  {} M={} {}: {}", r.shape, r.m_bucket, r.variant, r.differences.join("; "));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_db_file_that_is_not_a_tuning_db_is_an_error_naming_the_flag_that_picks_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tuning.json");
+        std::fs::write(&path, "not json").unwrap();
+        let out = Output { db: Some(path.clone()), json: false, plot: None, gpu: 0, flush: FlushMode::Read };
+        let message = format!("{:#}", out.open_db().unwrap_err());
+        assert!(message.starts_with(&format!("--db {}: ", path.display())), "{message}");
+        assert!(message.contains("not JSON") && message.contains("left as it is"), "{message}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "not json", "the file was changed");
     }
 }

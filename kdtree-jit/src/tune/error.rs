@@ -20,7 +20,7 @@ pub enum TuneError {
     Cublas(#[from] cudarc::cublas::result::CublasError),
 
     #[error(
-        "tuning DB {}: {message}. The file was left as it is: fix or move it, or pass another --db",
+        "tuning DB {}: {message}. The file was left as it is: fix or move it, or use another tuning DB",
         path.display()
     )]
     CorruptDb { path: PathBuf, message: String },

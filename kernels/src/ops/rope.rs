@@ -6,7 +6,8 @@ use kdtree_jit::kernel::Kernels;
 use crate::error::Result;
 use crate::{launch, shape};
 
-/// Which columns of the rotated range pair up.
+/// Which columns of the rotated range pair up (a model config's `rope_interleave`). The engine's own type
+/// too: its CPU reference and this kernel take the same value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeLayout {
     /// `(x[2i], x[2i+1])`: DeepSeek-V3's own rotation (the engine's `rope_interleaved`).

@@ -8,9 +8,11 @@ mod embedding;
 mod linear;
 mod norm;
 mod rope;
+mod route;
 
 pub use elementwise::{argmax, count_nonfinite, silu_mul, softmax};
 pub use embedding::embedding;
 pub use linear::{dense_linear, linear, w4a16_linear};
 pub use norm::rmsnorm;
-pub use rope::{RopeTable, rope_half_split, rope_interleaved};
+pub use rope::{rope_half_split, rope_interleaved};
+pub use route::route;

@@ -6,35 +6,6 @@
 
 use rayon::prelude::*;
 
-/// cos/sin tables, `[max_pos, half]` each, `half = head_dim / 2`.
-#[derive(Clone, Debug)]
-pub struct RopeTable {
-    pub half: usize,
-    pub cos: Vec<f32>,
-    pub sin: Vec<f32>,
-}
-
-impl RopeTable {
-    /// Tables for positions `0..max_pos`, angles computed in f64, each multiplied by `mscale`
-    /// (YaRN's cos/sin factor; 1 without scaling).
-    pub fn new(inv_freq: &[f64], max_pos: usize, mscale: f64) -> Self {
-        let half = inv_freq.len();
-        let (mut cos, mut sin) = (Vec::with_capacity(max_pos * half), Vec::with_capacity(max_pos * half));
-        for p in 0..max_pos {
-            for &f in inv_freq {
-                let angle = p as f64 * f;
-                cos.push((angle.cos() * mscale) as f32);
-                sin.push((angle.sin() * mscale) as f32);
-            }
-        }
-        Self { half, cos, sin }
-    }
-
-    pub fn max_positions(&self) -> usize {
-        self.cos.len() / self.half.max(1)
-    }
-}
-
 /// Rotates adjacent pairs of every head: `x` is `[rows, heads, head_dim]`, row `r` at `positions[r]`.
 pub fn rope_interleaved(x: &mut [f32], head_dim: usize, positions: &[usize], cos: &[f32], sin: &[f32]) {
     rotate(x, head_dim, positions, cos, sin, |i| (2 * i, 2 * i + 1));
@@ -75,6 +46,7 @@ fn rotate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::RopeTable;
 
     #[test]
     fn a_quarter_turn_maps_each_pair_to_its_perpendicular() {

@@ -2,13 +2,16 @@
 //! vectors. Every reduction runs in a fixed order and work is split over rows only, so a row's result
 //! is the same bits whether it is computed alone or in a batch.
 
+mod cache;
+
+pub use cache::KvCache;
+
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::model::{KvCache, Routing, route};
 use kdtree_jit::mla::reference as mla;
 
-use crate::ops::cpu;
-use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeLayout, RopeSpan};
+use crate::ops::cpu::{self, route};
+use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeLayout, RopeSpan, Routing};
 
 /// The reference backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,15 +115,15 @@ pub struct CpuAbsorb(pub(crate) Vec<f32>);
 
 impl CpuAbsorb {
     pub(crate) fn new(name: &str, kv_b: &HostLinear, h: Heads) -> Result<CpuAbsorb> {
-        if kv_b.n() != h.heads * (h.nope + h.v) || kv_b.k() != h.latent {
+        if kv_b.n() != h.mla.heads * (h.mla.nope + h.mla.v) || kv_b.k() != h.mla.latent {
             return Err(shape_error(
                 "absorb",
                 format!(
                     "{name} is [{}, {}], MLA needs [{}, {}]",
                     kv_b.n(),
                     kv_b.k(),
-                    h.heads * (h.nope + h.v),
-                    h.latent
+                    h.mla.heads * (h.mla.nope + h.mla.v),
+                    h.mla.latent
                 ),
             ));
         }
@@ -139,7 +142,7 @@ pub(crate) fn absorbed_attention(
     h: Heads,
     kv_b: &[f32],
 ) -> Vec<f32> {
-    let s = h.mla();
+    let s = h.mla;
     let mut q_lat = mla::absorb_query(q, kv_b, &s);
     q_lat.iter_mut().for_each(|x| *x = h.kv.round(*x));
     mla::unabsorb_output(&mla::attention(&q_lat, entries, past, mask.new_mask(), &s, h.kv.weights()), kv_b, &s)
@@ -286,17 +289,17 @@ impl Backend for CpuBackend {
         _: &CpuBatch,
     ) -> Result<()> {
         let h = cache.heads();
-        if latent.cols != h.latent || k_rope.cols != h.rope || latent.rows() != k_rope.rows() {
+        if latent.cols != h.mla.latent || k_rope.cols != h.mla.rope || latent.rows() != k_rope.rows() {
             return Err(shape_error(
                 "kv_append",
                 format!(
                     "latent rows of {}, k_rope rows of {} (want {} and {})",
-                    latent.cols, k_rope.cols, h.latent, h.rope
+                    latent.cols, k_rope.cols, h.mla.latent, h.mla.rope
                 ),
             ));
         }
-        let entries = latent.data.chunks_exact(h.latent.max(1)).zip(k_rope.data.chunks_exact(h.rope.max(1)));
-        cache.append(layer, entries.flat_map(|(c, r)| c.iter().chain(&r[..h.rope]).copied()).collect::<Vec<_>>());
+        let entries = latent.data.chunks_exact(h.mla.latent.max(1)).zip(k_rope.data.chunks_exact(h.mla.rope.max(1)));
+        cache.append(layer, entries.flat_map(|(c, r)| c.iter().chain(&r[..h.mla.rope]).copied()).collect::<Vec<_>>());
         Ok(())
     }
 
@@ -311,7 +314,7 @@ impl Backend for CpuBackend {
         let h = cache.heads();
         let (past, n) = (cache.len(), batch.mask.len());
         let entries = cache.layer(layer);
-        if q.data.len() != n * h.heads * h.qk() || entries.len() != (past + n) * h.width() {
+        if q.data.len() != n * h.mla.heads * h.qk() || entries.len() != (past + n) * h.width() {
             return Err(shape_error(
                 "attention",
                 format!(
@@ -322,7 +325,7 @@ impl Backend for CpuBackend {
             ));
         }
         let o = absorbed_attention(&q.data, entries, past, &batch.mask, h, &kv_b.0);
-        Ok(CpuTensor { data: o, cols: h.heads * h.v })
+        Ok(CpuTensor { data: o, cols: h.mla.heads * h.mla.v })
     }
 
     fn moe(&self, x: &CpuTensor, e: &CpuExperts) -> Result<CpuTensor> {

@@ -3,8 +3,8 @@
 //! decompressed per-head keys and values in f32). Values are held as f32 but rounded to the cache's
 //! dtype when appended, so they are the values a bf16 cache on the GPU holds.
 
-use crate::error::{EngineError, Result};
-use crate::registry::{Heads, KvStore};
+use crate::error::Result;
+use crate::registry::{Heads, KvStore, check_compact};
 
 /// Latent entries of every layer, entry `t` of each layer being token `t` of the sequence.
 #[derive(Clone, Debug)]
@@ -35,19 +35,6 @@ impl KvCache {
         let kv = self.heads.kv;
         self.layers[i].extend(entries.into_iter().map(|x| kv.round(x)));
     }
-}
-
-/// Checks `compact`'s arguments against a cache of `len` entries.
-pub(crate) fn check_compact(len: usize, start: usize, keep: &[usize]) -> Result<()> {
-    if !keep.windows(2).all(|w| w[0] < w[1]) {
-        return Err(EngineError::InvalidArgument(format!("compact: keep {keep:?} is not strictly ascending")));
-    }
-    if keep.last().is_some_and(|&j| start + j >= len) {
-        return Err(EngineError::InvalidArgument(format!(
-            "compact: keep {keep:?} after entry {start} reaches past the cache of {len}"
-        )));
-    }
-    Ok(())
 }
 
 impl KvStore for KvCache {
@@ -88,9 +75,11 @@ impl KvStore for KvCache {
 mod tests {
     use super::*;
     use crate::registry::KvDtype;
+    use kdtree_jit::mla::MlaShape;
 
     /// Entries of 2 values.
-    const HEADS: Heads = Heads { heads: 1, nope: 1, rope: 1, v: 1, latent: 1, scale: 1.0, kv: KvDtype::F32 };
+    const HEADS: Heads =
+        Heads { mla: MlaShape { heads: 1, nope: 1, rope: 1, v: 1, latent: 1, scale: 1.0 }, kv: KvDtype::F32 };
 
     fn filled(n: usize) -> KvCache {
         let mut c = KvCache::new(2, HEADS);
