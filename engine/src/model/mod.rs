@@ -42,6 +42,7 @@ use std::sync::Arc;
 
 pub use cache::KvCache;
 pub(crate) use cache::check_compact;
+pub(crate) use checkpoint::Checkpoint;
 pub use config::{Config, Yarn};
 pub use int4_weights::{Int4Weight, int4_weights};
 pub use layout::{Layout, Skipped};
@@ -50,7 +51,6 @@ pub use quant_config::QuantConfig;
 pub use rotary::{softmax_scale, yarn_mscale};
 
 use attention::Attention;
-use checkpoint::Checkpoint;
 use mlp::Mlp;
 use moe::Moe;
 use probe::Probe;
@@ -415,6 +415,20 @@ impl<B: Backend> Model<B> {
         result
     }
 
+    /// The embedding table's rows for `tokens`, `[tokens.len(), hidden]`: what the first layer reads,
+    /// and what a drafter that borrows the target's embedding (DFlash) embeds its block with.
+    pub fn embed(&self, tokens: &[u32]) -> Result<B::Tensor> {
+        let positions: Vec<usize> = (0..tokens.len()).collect();
+        let batch = self.backend.batch(tokens, &positions, &TreeMask::causal(tokens.len()), 0)?;
+        self.backend.embedding(&self.embed, &batch)
+    }
+
+    /// The LM head on rows `x` that are already normalised, `[rows, vocab]`: the last op of a forward,
+    /// and how a drafter that borrows the target's head (DFlash) reads its logits.
+    pub fn lm_head(&self, x: &B::Tensor) -> Result<B::Tensor> {
+        self.backend.linear(x, self.lm_head.as_ref().unwrap_or(&self.embed))
+    }
+
     /// The layers of one forward of `batch`, to its logits.
     fn run(&self, cache: &mut B::Cache, batch: &B::Batch, probe: &Probe<'_, B>) -> Result<B::Tensor> {
         let (c, b) = (&self.config, &*self.backend);
@@ -436,10 +450,9 @@ impl<B: Backend> Model<B> {
             b.add_assign(&mut x, &ffn)?;
             probe.check(&x, "residual after mlp")?;
         }
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let normed = b.rmsnorm(&x, &self.norm, c.rms_norm_eps)?;
         probe.check(&normed, "norm")?;
-        let logits = b.linear(&normed, head)?;
+        let logits = self.lm_head(&normed)?;
         probe.check(&logits, "lm_head")?;
         Ok(logits)
     }
