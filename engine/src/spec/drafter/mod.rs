@@ -8,6 +8,7 @@
 //! full rows down once, with a partial sort in O(vocab).
 
 mod block;
+pub mod dflash;
 mod lookup;
 mod model;
 mod oracle;
