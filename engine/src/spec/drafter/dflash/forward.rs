@@ -2,10 +2,10 @@
 
 use super::attention::{Shape, attention};
 use super::weights::{DflashModel, Layer};
-use crate::cpu::{CpuBackend, CpuTensor};
 use crate::error::{EngineError, Result};
 use crate::model::Model;
 use crate::ops::cpu::{dense_linear, rmsnorm, rope_half_split, silu_mul};
+use crate::registry::Backend;
 
 /// Every committed token's keys and values, per drafter layer: `k_norm`ed and rotated keys, values,
 /// each `[tokens, kv_heads * head_dim]`. Token `i` sits at position `i`.
@@ -74,12 +74,14 @@ impl DflashModel {
     /// One round: the block `[bonus, mask × (block_size − 1)]` at the positions after `ctx`, run through
     /// the drafter over `ctx` and itself, read through `target`'s LM head. Returns the logits of the
     /// `block_size − 1` masked positions, `[block_size − 1, vocab]`: the drafts of the tokens after `bonus`.
-    pub fn draft_logits(&self, target: &Model<CpuBackend>, ctx: &DflashContext, bonus: u32) -> Result<Vec<f32>> {
+    /// The drafter's layers run on the host; the target's embedding and head run on its backend.
+    pub fn draft_logits<B: Backend>(&self, target: &Model<B>, ctx: &DflashContext, bonus: u32) -> Result<Vec<f32>> {
         let c = &self.config;
         let n = c.block_size;
         let positions = self.positions(ctx.len, n)?;
         let block: Vec<u32> = std::iter::once(bonus).chain(std::iter::repeat_n(c.mask_token_id, n - 1)).collect();
-        let mut x = target.embed(&block)?.data;
+        let b = &**target.backend();
+        let mut x = b.to_host(&target.embed(&block)?)?;
         if x.len() != n * c.hidden_size {
             return Err(EngineError::InvalidArgument(format!(
                 "DFlash block: the target's embedding gave {} values, {n} rows of hidden {} were expected",
@@ -100,7 +102,7 @@ impl DflashModel {
         }
         // The bonus row drafts nothing: it is the token the target already chose.
         let masked = norm(&x[c.hidden_size..], &self.norm, c.rms_norm_eps);
-        let mut logits = target.lm_head(&CpuTensor { data: masked, cols: c.hidden_size })?.data;
+        let mut logits = b.to_host(&target.lm_head(&b.upload(&masked, c.hidden_size)?)?)?;
         for v in &mut logits {
             *v *= c.output_multiplier;
             if let Some(cap) = c.final_logit_softcapping {
