@@ -1,13 +1,17 @@
 //! The DFlash drafter against its reference implementation (`dflash/model.py` of the DFlash release,
 //! run by transformers): `fixtures/dflash/` holds a random-weight drafter for the tiny target of
 //! `make-tiny --seed 0`, and the logits the reference gave for three rounds of drafting, made by
-//! `fixtures/dflash/make_fixture.py`. Then malformed drafter folders, each a clear error.
+//! `fixtures/dflash/make_fixture.py`. Then malformed drafter folders, each a clear error; the target's
+//! taps; and DDTree with the drafter, greedy-exact, its context fed only the accepted tokens' features.
 
 use std::path::{Path, PathBuf};
 
-use kdtree_engine::spec::{DflashContext, DflashModel};
+use kdtree_engine::registry::Backend;
+use kdtree_engine::spec::{
+    DflashContext, DflashDrafter, DflashModel, Draft, Drafter, Method, TreeLimits, speculative_generate,
+};
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
-use kdtree_engine::{EngineError, Model};
+use kdtree_engine::{EngineError, Model, greedy_generate};
 
 #[derive(serde::Deserialize)]
 struct Fixture {
@@ -233,4 +237,84 @@ fn bad_rounds_are_errors() {
     );
     let e = drafter.extend_context(&mut ctx, &vec![0.5; 5 * width]).unwrap_err();
     assert!(matches!(e, EngineError::PositionOutOfRange { .. }), "{e}");
+}
+
+#[test]
+fn taps_are_the_hidden_states_the_logits_come_from() {
+    let (_target_dir, target) = target(0);
+    let (tokens, positions) = ([7u32, 3, 250, 18, 99], [0usize, 1, 2, 3, 4]);
+    let hidden = target.config.hidden_size;
+    let (ids, taps) =
+        target.forward_argmax_tapped(&mut target.new_cache(), &tokens, &positions, None, &[2, 0]).unwrap();
+    let logits = target.forward(&mut target.new_cache(), &tokens, &positions, None).unwrap();
+    assert_eq!(ids, target.forward_argmax(&mut target.new_cache(), &tokens, &positions, None).unwrap());
+    assert_eq!(taps.len(), tokens.len() * 2 * hidden);
+    // The last layer's tap is after the final norm: the LM head of it gives the logits, bit for bit.
+    let last: Vec<f32> = taps.chunks(2 * hidden).flat_map(|row| row[..hidden].to_vec()).collect();
+    let b = target.backend();
+    assert_eq!(b.to_host(&target.lm_head(&b.upload(&last, hidden).unwrap()).unwrap()).unwrap(), logits);
+    // Each layer's rows sit where their order puts them, whatever else is tapped with them.
+    let (_, first) = target.forward_argmax_tapped(&mut target.new_cache(), &tokens, &positions, None, &[0]).unwrap();
+    let second: Vec<f32> = taps.chunks(2 * hidden).flat_map(|row| row[hidden..].to_vec()).collect();
+    assert_eq!(first, second);
+    assert_ne!(first, last);
+    // A prefill in chunks hands out the same rows as one forward.
+    let mut chunked = target.new_cache();
+    let mut target_chunked = Model::load(_target_dir.path()).unwrap();
+    target_chunked.set_prefill_chunk(2).unwrap();
+    let (_, prefill_taps) = target_chunked.prefill_tapped(&mut chunked, &tokens, &[2, 0]).unwrap();
+    assert_eq!(prefill_taps, taps);
+    let e = target.forward_argmax_tapped(&mut target.new_cache(), &tokens, &positions, None, &[3]).unwrap_err();
+    assert!(matches!(e, EngineError::InvalidArgument(_)), "{e}");
+}
+
+/// Passes everything to a DFlash drafter and keeps what it was committed.
+struct Recording<'m> {
+    inner: DflashDrafter<'m, kdtree_engine::cpu::CpuBackend>,
+    committed: Vec<f32>,
+}
+
+impl Drafter for Recording<'_> {
+    fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> kdtree_engine::Result<Draft> {
+        self.inner.draft(context, bonus, len, top_k)
+    }
+
+    fn target_layers(&self) -> &[usize] {
+        self.inner.target_layers()
+    }
+
+    fn commit(&mut self, taps: &[f32]) -> kdtree_engine::Result<()> {
+        self.committed.extend_from_slice(taps);
+        self.inner.commit(taps)
+    }
+}
+
+#[test]
+fn ddtree_with_a_dflash_drafter_is_greedy_exact_and_commits_only_accepted_features() {
+    let (_target_dir, target) = target(0);
+    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target.config).unwrap();
+    let prompt = [5u32, 17, 42, 9, 200, 31];
+    let max_new = 24;
+    let greedy = greedy_generate(&target, &prompt, max_new, &[]).unwrap();
+    let methods = [
+        Method::Tree(TreeLimits { budget: 12, draft_len: 7 }),
+        // Deeper than the block: a round drafts at most block_size - 1 positions.
+        Method::Tree(TreeLimits { budget: 32, draft_len: 16 }),
+        Method::Chain { len: 4 },
+    ];
+    for method in methods {
+        let mut recording = Recording { inner: DflashDrafter::new(&drafter, &target), committed: Vec::new() };
+        let (tokens, stats) = speculative_generate(&target, &mut recording, &prompt, max_new, &method, &[]).unwrap();
+        assert_eq!(tokens, greedy, "{}", method.label());
+        // Every round drafts but a last one with a single token left, which comes as its bonus.
+        let (_last, drafted) = stats.tree_sizes.split_last().unwrap();
+        assert!(drafted.iter().all(|&n| n > 0), "{}: a round drafted nothing: {:?}", method.label(), stats.tree_sizes);
+        eprintln!("{}: tau {:.2} over {} rounds", method.label(), stats.tau(), stats.rounds());
+        // The committed features are those of the prompt and every accepted token, in order (the last
+        // bonus token is never verified): a forward over that text hands out the same rows.
+        let text: Vec<u32> = prompt.iter().chain(&tokens[..tokens.len() - 1]).copied().collect();
+        let layers = &drafter.config.target_layer_ids;
+        let (_, expect) = target.prefill_tapped(&mut target.new_cache(), &text, layers).unwrap();
+        assert_eq!(recording.committed, expect, "{}", method.label());
+    }
 }

@@ -18,6 +18,7 @@
 //! | `weights` | the tensors, shapes checked against the config |
 //! | `forward` | the context cache and one round's forward, to logits |
 //! | `attention` | grouped-query attention of the block over context and block |
+//! | `drafter` | the [`crate::spec::Drafter`] that decoding calls: a context fed by the target's taps |
 //!
 //! Checked against the reference implementation run by transformers on a random-weight drafter for a
 //! tiny target (`engine/tests/dflash.rs`, fixture and generator under
@@ -25,9 +26,11 @@
 
 mod attention;
 mod config;
+mod drafter;
 mod forward;
 mod weights;
 
 pub use config::DflashConfig;
+pub use drafter::DflashDrafter;
 pub use forward::DflashContext;
 pub use weights::DflashModel;
