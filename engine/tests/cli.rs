@@ -410,3 +410,29 @@ fn endless_and_oversized_json_inputs_fail_before_being_read() {
     let stderr = refused_within_a_minute(model.path(), &[]);
     assert_says(&stderr, &["config.json is larger than 16777216 bytes, more than a config.json may be"]);
 }
+
+#[test]
+fn generate_drafts_with_a_dflash_folder_and_refuses_it_half_given() {
+    let model = tiny();
+    let drafter = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dflash/drafter");
+    let drafter = drafter.to_str().unwrap();
+    let output = generate(
+        model.path(),
+        &["--spec", "ddtree", "--drafter", "dflash", "--draft-model", drafter, "--budget", "8", "--max-new", "12"],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_says(&stdout, &["ddtree B=8 L=8 drafter=dflash", "identical to greedy: yes"]);
+    let stderr = refused(model.path(), &["--spec", "ddtree", "--drafter", "dflash"]);
+    assert_says(&stderr, &["--drafter dflash needs --draft-model"]);
+    let stderr = refused(
+        model.path(),
+        &["--spec", "ddtree", "--drafter", "dflash", "--draft-model", drafter, "--mask-token", "3"],
+    );
+    assert_says(&stderr, &["drop --mask-token"]);
+    // A target the drafter does not fit: its config names the key.
+    let other = tempfile::tempdir().unwrap();
+    write_tiny_model(other.path(), &TinySpec { hidden_size: 32, ..TinySpec::default() }).unwrap();
+    let stderr = refused(other.path(), &["--spec", "ddtree", "--drafter", "dflash", "--draft-model", drafter]);
+    assert_says(&stderr, &["hidden_size", "the target's is 32"]);
+}

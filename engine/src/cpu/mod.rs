@@ -152,6 +152,14 @@ fn shape_error(op: &str, reason: String) -> EngineError {
     EngineError::InvalidArgument(format!("{op}: {reason}"))
 }
 
+/// How many rows of `cols` values `len` values make; an error unless whole rows of a positive width.
+pub(crate) fn whole_rows(len: usize, cols: usize) -> Result<usize> {
+    match len.checked_div(cols) {
+        Some(rows) if rows * cols == len => Ok(rows),
+        _ => Err(shape_error("upload", format!("{len} values are not whole rows of {cols}"))),
+    }
+}
+
 fn linear(x: &[f32], m: usize, w: &HostLinear) -> Result<Vec<f32>> {
     match w {
         HostLinear::Dense(d) => cpu::dense_linear(x, m, d),
@@ -345,5 +353,10 @@ impl Backend for CpuBackend {
 
     fn to_host(&self, x: &CpuTensor) -> Result<Vec<f32>> {
         Ok(x.data.clone())
+    }
+
+    fn upload(&self, data: &[f32], cols: usize) -> Result<CpuTensor> {
+        whole_rows(data.len(), cols)?;
+        Ok(CpuTensor { data: data.to_vec(), cols })
     }
 }

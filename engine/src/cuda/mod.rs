@@ -541,6 +541,11 @@ impl Backend for CudaBackend {
         Ok(self.stream().clone_dtoh(&x.data)?)
     }
 
+    fn upload(&self, data: &[f32], cols: usize) -> Result<CudaTensor> {
+        let rows = crate::cpu::whole_rows(data.len(), cols)?;
+        Ok(CudaTensor { data: self.stream().clone_htod(data)?, rows, cols })
+    }
+
     fn forward_argmax<F>(
         &self,
         cache: &mut CudaKv,

@@ -39,6 +39,7 @@ mod shard_path;
 use std::path::Path;
 use std::sync::Arc;
 
+pub(crate) use checkpoint::Checkpoint;
 pub use config::{Config, Yarn};
 pub use int4_weights::{Int4Weight, int4_weights};
 pub use layout::{Layout, Skipped};
@@ -46,7 +47,6 @@ pub use quant_config::QuantConfig;
 pub use rotary::{softmax_scale, yarn_mscale};
 
 use attention::Attention;
-use checkpoint::Checkpoint;
 use mlp::Mlp;
 use moe::Moe;
 use probe::Probe;
@@ -255,16 +255,24 @@ impl<B: Backend> Model<B> {
     /// the chunk size changes no bits; and no forward holds more than a chunk's activations, so a
     /// prompt of any length that fits the context and the cache runs.
     pub fn prefill(&self, cache: &mut B::Cache, prompt: &[u32]) -> Result<u32> {
+        Ok(self.prefill_tapped(cache, prompt, &[])?.0)
+    }
+
+    /// [`Self::prefill`], and the prompt's hidden states after each of `layers`
+    /// ([`Self::forward_argmax_tapped`]).
+    pub fn prefill_tapped(&self, cache: &mut B::Cache, prompt: &[u32], layers: &[usize]) -> Result<(u32, Vec<f32>)> {
         if prompt.is_empty() {
             return Err(EngineError::InvalidArgument("prefill: the prompt is empty".into()));
         }
-        let mut next = 0;
+        let (mut next, mut taps) = (0, Vec::new());
         for chunk in prompt.chunks(self.prefill_chunk) {
             let start = cache.len();
             let positions: Vec<usize> = (start..start + chunk.len()).collect();
-            next = self.forward_argmax(cache, chunk, &positions, None)?[chunk.len() - 1];
+            let (ids, chunk_taps) = self.forward_argmax_tapped(cache, chunk, &positions, None, layers)?;
+            next = ids[chunk.len() - 1];
+            taps.extend(chunk_taps);
         }
-        Ok(next)
+        Ok((next, taps))
     }
 
     pub fn new_cache(&self) -> B::Cache {
@@ -304,7 +312,9 @@ impl<B: Backend> Model<B> {
         let start = cache.len();
         let b = &*self.backend;
         let checked = self.checked(cache, tokens, positions, mask, |cache, mask| {
-            b.forward_argmax(cache, tokens, positions, mask, |cache, batch| self.run(cache, batch, &Probe::off(b)))
+            b.forward_argmax(cache, tokens, positions, mask, |cache, batch| {
+                self.run(cache, batch, &Probe::off(b), &mut no_taps)
+            })
         })?;
         match checked {
             (ids, 0) => Ok(ids),
@@ -365,7 +375,7 @@ impl<B: Backend> Model<B> {
     ) -> Result<B::Tensor> {
         self.checked(cache, tokens, positions, mask, |cache, mask| {
             let batch = self.backend.batch(tokens, positions, mask, cache.len())?;
-            self.run(cache, &batch, probe)
+            self.run(cache, &batch, probe, &mut no_taps)
         })
     }
 
@@ -411,8 +421,72 @@ impl<B: Backend> Model<B> {
         result
     }
 
-    /// The layers of one forward of `batch`, to its logits.
-    fn run(&self, cache: &mut B::Cache, batch: &B::Batch, probe: &Probe<'_, B>) -> Result<B::Tensor> {
+    /// The embedding table's rows for `tokens`, `[tokens.len(), hidden]`: what the first layer reads,
+    /// and what a drafter that borrows the target's embedding (DFlash) embeds its block with.
+    pub fn embed(&self, tokens: &[u32]) -> Result<B::Tensor> {
+        let positions: Vec<usize> = (0..tokens.len()).collect();
+        let batch = self.backend.batch(tokens, &positions, &TreeMask::causal(tokens.len()), 0)?;
+        self.backend.embedding(&self.embed, &batch)
+    }
+
+    /// The LM head on rows `x` that are already normalised, `[rows, vocab]`: the last op of a forward,
+    /// and how a drafter that borrows the target's head (DFlash) reads its logits.
+    pub fn lm_head(&self, x: &B::Tensor) -> Result<B::Tensor> {
+        self.backend.linear(x, self.lm_head.as_ref().unwrap_or(&self.embed))
+    }
+
+    /// [`Self::forward_argmax`], and the hidden states of every row after each of `layers`, `[rows,
+    /// layers.len() * hidden]` on the host, a row's layers in the order given: what a DFlash drafter
+    /// conditions on. As in transformers' `hidden_states`, the last layer's is after the final norm.
+    /// With taps, the forward runs op by op (no recorded graph), since they leave it midway.
+    pub fn forward_argmax_tapped(
+        &self,
+        cache: &mut B::Cache,
+        tokens: &[u32],
+        positions: &[usize],
+        mask: Option<&TreeMask>,
+        layers: &[usize],
+    ) -> Result<(Vec<u32>, Vec<f32>)> {
+        if layers.is_empty() {
+            return Ok((self.forward_argmax(cache, tokens, positions, mask)?, Vec::new()));
+        }
+        if let Some(&layer) = layers.iter().find(|&&l| l >= self.layers.len()) {
+            return Err(EngineError::InvalidArgument(format!(
+                "tap of layer {layer}: the model has {} layers",
+                self.layers.len()
+            )));
+        }
+        let start = cache.len();
+        let b = &*self.backend;
+        let mut taps: Vec<Vec<f32>> = vec![Vec::new(); layers.len()];
+        let mut tap = |layer: usize, x: &B::Tensor| -> Result<()> {
+            for (slot, _) in taps.iter_mut().zip(layers).filter(|(_, l)| **l == layer) {
+                *slot = b.to_host(x)?;
+            }
+            Ok(())
+        };
+        let checked = self.checked(cache, tokens, positions, mask, |cache, mask| {
+            let batch = b.batch(tokens, positions, mask, cache.len())?;
+            b.argmax_checked(&self.run(cache, &batch, &Probe::off(b), &mut tap)?)
+        })?;
+        match checked {
+            (ids, 0) => Ok((ids, interleave_rows(&taps, self.config.hidden_size))),
+            (_, bad) => {
+                let total = tokens.len() * self.config.vocab_size;
+                Err(self.first_nonfinite(cache, start, tokens, positions, mask, bad, total))
+            }
+        }
+    }
+
+    /// The layers of one forward of `batch`, to its logits; `tap` sees each layer's output (the last
+    /// layer's after the final norm).
+    fn run(
+        &self,
+        cache: &mut B::Cache,
+        batch: &B::Batch,
+        probe: &Probe<'_, B>,
+        tap: &mut dyn FnMut(usize, &B::Tensor) -> Result<()>,
+    ) -> Result<B::Tensor> {
         let (c, b) = (&self.config, &*self.backend);
         let mut x = b.embedding(&self.embed, batch)?;
         probe.check(&x, "embedding")?;
@@ -431,12 +505,28 @@ impl<B: Backend> Model<B> {
             };
             b.add_assign(&mut x, &ffn)?;
             probe.check(&x, "residual after mlp")?;
+            if i + 1 < self.layers.len() {
+                tap(i, &x)?;
+            }
         }
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let normed = b.rmsnorm(&x, &self.norm, c.rms_norm_eps)?;
         probe.check(&normed, "norm")?;
-        let logits = b.linear(&normed, head)?;
+        if let Some(last) = self.layers.len().checked_sub(1) {
+            tap(last, &normed)?;
+        }
+        let logits = self.lm_head(&normed)?;
         probe.check(&logits, "lm_head")?;
         Ok(logits)
     }
+}
+
+/// The tap of a forward that hands out no hidden states.
+fn no_taps<T>(_: usize, _: &T) -> Result<()> {
+    Ok(())
+}
+
+/// Rows of `parts` (each `[rows, width]`) side by side: `[rows, parts.len() * width]`.
+fn interleave_rows(parts: &[Vec<f32>], width: usize) -> Vec<f32> {
+    let rows = parts.first().map_or(0, |p| p.len() / width.max(1));
+    (0..rows).flat_map(|r| parts.iter().flat_map(move |p| &p[r * width..(r + 1) * width])).copied().collect()
 }

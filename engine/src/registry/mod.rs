@@ -15,6 +15,7 @@
 //! | [`Backend::kv_append`], [`Backend::attention`] | MLA's latent KV cache and absorbed, tree-masked attention |
 //! | [`Backend::moe`] | routing and the routed experts of one MoE layer |
 //! | [`Backend::argmax`], [`Backend::argmax_checked`], [`Backend::to_host`] | what leaves the backend: ids (with a count of NaN and infinite logits), or logits |
+//! | [`Backend::upload`] | host rows onto the backend |
 //! | [`Backend::forward_argmax`] | a whole forward to its argmax ids, which a backend may record once and replay |
 
 mod linear;
@@ -242,6 +243,9 @@ pub trait Backend: Send + Sync + Sized {
     fn argmax_checked(&self, x: &Self::Tensor) -> Result<(Vec<u32>, usize)>;
     /// The tensor on the host, row-major.
     fn to_host(&self, x: &Self::Tensor) -> Result<Vec<f32>>;
+    /// Host rows of `cols` values as a tensor of this backend (what a drafter that computes on the host
+    /// hands to the target's LM head).
+    fn upload(&self, data: &[f32], cols: usize) -> Result<Self::Tensor>;
 
     /// One forward from `cache` that ends in [`Self::argmax_checked`] of its logits: `forward` is the
     /// model's, run on the batch of `tokens`. A backend may record the work `forward` enqueues once

@@ -358,4 +358,8 @@ impl Backend for ShardedCpu {
     fn to_host(&self, x: &CpuTensor) -> Result<Vec<f32>> {
         CpuBackend.to_host(x)
     }
+
+    fn upload(&self, data: &[f32], cols: usize) -> Result<CpuTensor> {
+        CpuBackend.upload(data, cols)
+    }
 }

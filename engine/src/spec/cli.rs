@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{
-    BlockDrafter, CostModel, Drafter, LookupDrafter, Method, ModelDrafter, NoisyOracle, Stats, TreeLimits,
-    speculative_generate,
+    BlockDrafter, CostModel, DflashConfig, DflashDrafter, DflashModel, Drafter, LookupDrafter, Method, ModelDrafter,
+    NoisyOracle, Stats, TreeLimits, speculative_generate,
 };
 use crate::error::{EngineError, Result};
 use crate::generate::greedy_generate;
@@ -32,7 +32,9 @@ pub struct SpecArgs {
     #[arg(long, default_value_t = 8, requires = "spec")]
     pub draft_len: usize,
     /// Who proposes: `lookup` (n-gram prompt lookup, no weights), `model` (a draft model run greedily L
-    /// steps), `block` (one non-causal pass of a model over [bonus, MASK x L]), `noisy-oracle` (a
+    /// steps), `block` (one non-causal pass of a model over [bonus, MASK x L]), `dflash` (a DFlash
+    /// block-diffusion drafter, --draft-model its folder: one pass a round over the target's features
+    /// of every committed token; it drafts at most its block_size - 1 positions), `noisy-oracle` (a
     /// benchmark device, not a drafter: it runs greedy decoding first and proposes its tokens, right
     /// with probability --oracle-p at each position).
     #[arg(long, value_enum, default_value_t = DrafterKind::Lookup, requires = "spec")]
@@ -48,7 +50,8 @@ pub struct SpecArgs {
     /// µs, by this cost model (JSON; `kdtree-engine bench --save-cost` measures one).
     #[arg(long, value_name = "PATH", requires = "spec")]
     pub cost_model: Option<PathBuf>,
-    /// Model folder of the draft model for `--drafter model|block`; default: the target itself.
+    /// Model folder of the draft model for `--drafter model|block` (default: the target itself), or of
+    /// the DFlash drafter for `--drafter dflash` (required).
     #[arg(long, requires = "spec")]
     pub draft_model: Option<PathBuf>,
     /// The block drafter's MASK token id; default: the last id of the vocabulary.
@@ -72,7 +75,14 @@ pub enum DrafterKind {
     Lookup,
     Model,
     Block,
+    Dflash,
     NoisyOracle,
+}
+
+/// What `--draft-model` loads: a model of the target's family, or a DFlash drafter.
+pub enum DraftWeights<B: Backend> {
+    Model(Model<B>),
+    Dflash(DflashModel),
 }
 
 /// A speculative run and plain greedy decoding of the same prompt, measured in the same run.
@@ -123,8 +133,19 @@ impl SpecArgs {
             let limit = format!("outside the vocabulary of {} (`vocab_size` in config.json)", target.vocab_size);
             return out_of_range("--mask-token", id.into(), limit);
         }
-        if let Some(dir) = &self.draft_model {
-            Config::load(&dir.join("config.json"))?.check_context(prompt, max_new)?;
+        match (&self.draft_model, self.drafter) {
+            // A DFlash drafter's positions are the target's: its context is the target's to check.
+            (Some(dir), DrafterKind::Dflash) => drop(DflashConfig::load(dir, target)?),
+            (Some(dir), _) => Config::load(&dir.join("config.json"))?.check_context(prompt, max_new)?,
+            (None, DrafterKind::Dflash) => return Err(no_dflash_folder()),
+            (None, _) => {}
+        }
+        if self.drafter == DrafterKind::Dflash && self.mask_token.is_some() {
+            return Err(EngineError::InvalidArgument(
+                "--mask-token sets the block drafter's mask; a DFlash drafter's is its dflash_config.mask_token_id: \
+                 drop --mask-token"
+                    .into(),
+            ));
         }
         self.check_oracle_options()
     }
@@ -156,10 +177,14 @@ impl SpecArgs {
         }
     }
 
-    /// The `--draft-model`, on the target's backend (its INT4 weights uploaded too on CUDA); `None`
-    /// when the drafter uses the target itself.
-    pub fn load_draft_model<B: Backend>(&self, target: &Model<B>) -> Result<Option<Model<B>>> {
-        self.draft_model.as_deref().map(|dir| Model::load_on(dir, target.backend().clone())).transpose()
+    /// The `--draft-model`: a model on the target's backend (its INT4 weights uploaded too on CUDA), or a
+    /// DFlash drafter checked against the target; `None` when the drafter uses the target itself.
+    pub fn load_draft_model<B: Backend>(&self, target: &Model<B>) -> Result<Option<DraftWeights<B>>> {
+        let Some(dir) = self.draft_model.as_deref() else { return Ok(None) };
+        Ok(Some(match self.drafter {
+            DrafterKind::Dflash => DraftWeights::Dflash(DflashModel::load(dir, &target.config)?),
+            _ => DraftWeights::Model(Model::load_on(dir, target.backend().clone())?),
+        }))
     }
 
     /// A fresh drafter of the kind `--drafter` names for `target`, drafting with `draft_model` (else
@@ -167,11 +192,18 @@ impl SpecArgs {
     pub fn drafter<'a, B: Backend>(
         &self,
         target: &'a Model<B>,
-        draft_model: Option<&'a Model<B>>,
+        draft: Option<&'a DraftWeights<B>>,
     ) -> Result<Box<dyn Drafter + 'a>> {
         let vocab = target.config.vocab_size;
-        let draft_model = draft_model.unwrap_or(target);
+        let draft_model = match draft {
+            Some(DraftWeights::Model(model)) => model,
+            _ => target,
+        };
         Ok(match self.drafter {
+            DrafterKind::Dflash => match draft {
+                Some(DraftWeights::Dflash(model)) => Box::new(DflashDrafter::new(model, target)),
+                _ => return Err(no_dflash_folder()),
+            },
             DrafterKind::Model => Box::new(ModelDrafter::new(draft_model, vocab)?),
             DrafterKind::Block => Box::new(BlockDrafter::new(draft_model, vocab, self.mask_token)?),
             DrafterKind::Lookup => Box::new(LookupDrafter::new(self.ngram, vocab)),
@@ -247,6 +279,10 @@ impl SpecArgs {
             stats,
         })
     }
+}
+
+fn no_dflash_folder() -> EngineError {
+    EngineError::InvalidArgument("--drafter dflash needs --draft-model: the DFlash drafter's folder".into())
 }
 
 impl Comparison {

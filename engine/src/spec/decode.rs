@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::cost::CostModel;
 use super::drafter::Drafter;
 use super::tree::DraftTree;
-use super::verify::verify;
+use super::verify::verify_tapped;
 use crate::error::{EngineError, Result};
 use crate::model::Model;
 use crate::registry::Backend;
@@ -212,7 +212,10 @@ pub fn speculative_generate_streamed<B: Backend>(
     }
     let vocab = target.config.vocab_size;
     let mut cache = target.new_cache();
-    let mut bonus = target.prefill(&mut cache, prompt)?;
+    // A drafter conditioned on the target gets the features of every token as it is committed.
+    let layers = drafter.target_layers().to_vec();
+    let (mut bonus, taps) = target.prefill_tapped(&mut cache, prompt, &layers)?;
+    drafter.commit(&taps)?;
     stats.target_forwards += prompt.len().div_ceil(target.prefill_chunk());
     stats.prefill_time = started.elapsed();
     let mut text = prompt.to_vec();
@@ -222,7 +225,8 @@ pub fn speculative_generate_streamed<B: Backend>(
         let drafting = Instant::now();
         let tree = method.tree(drafter, &text, bonus, draft_len, vocab)?;
         stats.draft_time += drafting.elapsed();
-        let verified = verify(target, &mut cache, bonus, &tree)?;
+        let (verified, taps) = verify_tapped(target, &mut cache, bonus, &tree, &layers)?;
+        drafter.commit(&taps)?;
         stats.verify_forward_time += verified.forward_time;
         stats.target_forwards += 1;
         stats.accepted.push(verified.accepted.len());

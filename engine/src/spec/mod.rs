@@ -38,9 +38,10 @@ pub mod sweep;
 mod tree;
 mod verify;
 
-pub use cli::{Comparison, DrafterKind, SpecArgs, SpecMethod};
+pub use cli::{Comparison, DraftWeights, DrafterKind, SpecArgs, SpecMethod};
 pub use cost::CostModel;
 pub use decode::{Method, Stats, TreeLimits, ddtree_generate, speculative_generate, speculative_generate_streamed};
-pub use drafter::{BlockDrafter, Choice, Draft, Drafter, LookupDrafter, ModelDrafter, NoisyOracle};
+pub use drafter::dflash::{DflashConfig, DflashContext, DflashModel};
+pub use drafter::{BlockDrafter, Choice, DflashDrafter, Draft, Drafter, LookupDrafter, ModelDrafter, NoisyOracle};
 pub use tree::DraftTree;
-pub use verify::{Verified, greedy_walk, verify};
+pub use verify::{Verified, greedy_walk, verify, verify_tapped};

@@ -23,17 +23,33 @@ pub struct Verified {
 /// the child whose token is the target's argmax at the current node. The cache keeps the walk's
 /// entries, contiguous after the context, and nothing of the rejected branches.
 pub fn verify<B: Backend>(target: &Model<B>, cache: &mut B::Cache, root: u32, tree: &DraftTree) -> Result<Verified> {
+    Ok(verify_tapped(target, cache, root, tree, &[])?.0)
+}
+
+/// [`verify`], and the accepted path's hidden states after each of `layers` (`[accepted, layers.len() *
+/// hidden]`, [`Model::forward_argmax_tapped`]): what a drafter conditioned on the target commits; the
+/// rejected rows' are dropped with their cache entries.
+pub fn verify_tapped<B: Backend>(
+    target: &Model<B>,
+    cache: &mut B::Cache,
+    root: u32,
+    tree: &DraftTree,
+    layers: &[usize],
+) -> Result<(Verified, Vec<f32>)> {
     let start = cache.len();
     let tokens: Vec<u32> = std::iter::once(root).chain(tree.tokens.iter().copied()).collect();
     let positions: Vec<usize> = std::iter::once(start).chain(tree.depths.iter().map(|d| start + d)).collect();
     let mask = tree.mask();
     let started = Instant::now();
-    let greedy = target.forward_argmax(cache, &tokens, &positions, Some(&mask))?;
+    let (greedy, taps) = target.forward_argmax_tapped(cache, &tokens, &positions, Some(&mask), layers)?;
     let forward_time = started.elapsed();
     let walk = greedy_walk(&tree.forward_parents(), &tokens, &greedy);
     cache.compact(start, &walk)?;
     let bonus = greedy[walk[walk.len() - 1]];
-    Ok(Verified { forward_time, accepted: walk.iter().map(|&row| tokens[row]).collect(), bonus })
+    let width = taps.len() / tokens.len();
+    let accepted_taps = walk.iter().flat_map(|&row| &taps[row * width..(row + 1) * width]).copied().collect();
+    let verified = Verified { forward_time, accepted: walk.iter().map(|&row| tokens[row]).collect(), bonus };
+    Ok((verified, accepted_taps))
 }
 
 /// The rows of the accepted path, from row 0 (the root): at each row, the child whose token is the

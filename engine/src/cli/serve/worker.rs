@@ -8,7 +8,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 
 use kdtree_engine::Model;
 use kdtree_engine::registry::Backend;
-use kdtree_engine::spec::{Method, SpecArgs};
+use kdtree_engine::spec::{DraftWeights, Method, SpecArgs};
 use kdtree_engine::text::{Finish, Stops, Tokenizer, generate_text};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -68,7 +68,7 @@ pub struct Jobs {
 pub fn serve_jobs<B: Backend>(
     model: &Model<B>,
     tokenizer: &Arc<Tokenizer>,
-    spec: Option<(&SpecArgs, &Method, Option<&Model<B>>)>,
+    spec: Option<(&SpecArgs, &Method, Option<&DraftWeights<B>>)>,
     jobs: Jobs,
 ) {
     for job in jobs.rx {

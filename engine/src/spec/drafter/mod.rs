@@ -8,11 +8,13 @@
 //! full rows down once, with a partial sort in O(vocab).
 
 mod block;
+pub mod dflash;
 mod lookup;
 mod model;
 mod oracle;
 
 pub use block::BlockDrafter;
+pub use dflash::DflashDrafter;
 pub use lookup::LookupDrafter;
 pub use model::ModelDrafter;
 pub use oracle::NoisyOracle;
@@ -25,6 +27,19 @@ pub trait Drafter {
     /// greedy token after it, which is certain but not yet in the target's KV cache. Returns the
     /// distributions of the `len` positions after `bonus`, each cut to its best `top_k` entries.
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft>;
+
+    /// The target layers whose hidden states this drafter conditions on ([`Self::commit`]); none for
+    /// a drafter that reads tokens only.
+    fn target_layers(&self) -> &[usize] {
+        &[]
+    }
+
+    /// The target's hidden states after [`Self::target_layers`] of the tokens just committed, `[tokens,
+    /// layers * hidden]`, in order: the prompt's after prefill, then each round's accepted path (its
+    /// root first). Rejected tokens' never come.
+    fn commit(&mut self, _taps: &[f32]) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// One candidate token at one depth of a draft.

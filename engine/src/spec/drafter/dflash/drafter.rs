@@ -1,0 +1,50 @@
+//! The DFlash drafter as decoding calls it: one forward a round, its context fed by the target's taps.
+
+use super::forward::DflashContext;
+use super::weights::DflashModel;
+use crate::error::{EngineError, Result};
+use crate::model::Model;
+use crate::registry::Backend;
+use crate::spec::drafter::{Draft, Drafter, log_softmax};
+
+/// Drafts with `model` for `target`: each round one pass over the block `[bonus, mask × (L − 1)]`, so a
+/// round drafts at most `block_size − 1` positions, whatever the draft length asked for.
+pub struct DflashDrafter<'m, B: Backend> {
+    model: &'m DflashModel,
+    target: &'m Model<B>,
+    context: DflashContext,
+}
+
+impl<'m, B: Backend> DflashDrafter<'m, B> {
+    /// `model` must have been loaded for `target`'s config ([`DflashModel::load`]).
+    pub fn new(model: &'m DflashModel, target: &'m Model<B>) -> DflashDrafter<'m, B> {
+        DflashDrafter { model, target, context: model.new_context() }
+    }
+}
+
+impl<B: Backend> Drafter for DflashDrafter<'_, B> {
+    fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft> {
+        // The block's positions follow the features committed; they must be the text's.
+        if self.context.len() != context.len() {
+            return Err(EngineError::InvalidArgument(format!(
+                "the DFlash drafter holds the target's features of {} tokens, the context has {}: every committed \
+                 token's features must be committed to it",
+                self.context.len(),
+                context.len()
+            )));
+        }
+        let vocab = self.target.config.vocab_size;
+        let mut logits = self.model.draft_logits(self.target, &self.context, bonus)?;
+        logits.truncate(len.min(self.model.config.block_size - 1) * vocab);
+        log_softmax(&mut logits, vocab);
+        Draft::from_log_probs(&logits, vocab, top_k)
+    }
+
+    fn target_layers(&self) -> &[usize] {
+        &self.model.config.target_layer_ids
+    }
+
+    fn commit(&mut self, taps: &[f32]) -> Result<()> {
+        self.model.extend_context(&mut self.context, taps)
+    }
+}

@@ -1,0 +1,320 @@
+//! The DFlash drafter against its reference implementation (`dflash/model.py` of the DFlash release,
+//! run by transformers): `fixtures/dflash/` holds a random-weight drafter for the tiny target of
+//! `make-tiny --seed 0`, and the logits the reference gave for three rounds of drafting, made by
+//! `fixtures/dflash/make_fixture.py`. Then malformed drafter folders, each a clear error; the target's
+//! taps; and DDTree with the drafter, greedy-exact, its context fed only the accepted tokens' features.
+
+use std::path::{Path, PathBuf};
+
+use kdtree_engine::registry::Backend;
+use kdtree_engine::spec::{
+    DflashContext, DflashDrafter, DflashModel, Draft, Drafter, Method, TreeLimits, speculative_generate,
+};
+use kdtree_engine::tiny::{TinySpec, write_tiny_model};
+use kdtree_engine::{EngineError, Model, greedy_generate};
+
+#[derive(serde::Deserialize)]
+struct Fixture {
+    target_seed: u64,
+    block_size: usize,
+    cases: Vec<Case>,
+}
+
+#[derive(serde::Deserialize)]
+struct Case {
+    name: String,
+    /// Keys set in the drafter's `dflash_config` for this case.
+    dflash_config: serde_json::Map<String, serde_json::Value>,
+    rounds: Vec<Round>,
+}
+
+#[derive(serde::Deserialize)]
+struct Round {
+    /// The target's features of the tokens committed since the last round, `[rows, tap_width]`.
+    taps: Vec<Vec<f32>>,
+    bonus: u32,
+    /// The reference's logits of the block's masked positions, `[block_size - 1, vocab]`.
+    logits: Vec<Vec<f64>>,
+}
+
+/// The bound on the largest logit difference, as a share of the logits' largest magnitude. Both sides
+/// compute in f32 from the same bf16 weights and the same taps, so only the order of the sums differs
+/// (PyTorch's blocked GEMMs against the engine's fixed-order dot), through two layers: measured 2.3e-6
+/// (plain) and 2.9e-6 (scaled). 1e-4 leaves room for that; a structural slip fails it and top-1 both
+/// (rotating adjacent pairs instead of half-split ones changes the first depth's token).
+const BOUND: f64 = 1e-4;
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dflash")
+}
+
+fn fixture() -> Fixture {
+    serde_json::from_str(&std::fs::read_to_string(fixture_dir().join("reference.json")).unwrap()).unwrap()
+}
+
+fn target(seed: u64) -> (tempfile::TempDir, Model) {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), &TinySpec { seed, ..TinySpec::default() }).unwrap();
+    let model = Model::load(dir.path()).unwrap();
+    (dir, model)
+}
+
+/// A copy of the fixture's drafter folder with its config.json edited by `edit`.
+fn drafter_with(edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixture_dir().join("drafter");
+    std::fs::copy(src.join("model.safetensors"), dir.path().join("model.safetensors")).unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    dir
+}
+
+fn flat(rows: &[Vec<f32>]) -> Vec<f32> {
+    rows.iter().flatten().copied().collect()
+}
+
+fn argmax(row: &[f32]) -> usize {
+    (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best })
+}
+
+#[test]
+fn drafts_match_the_reference_implementation() {
+    let f = fixture();
+    let (_target_dir, target) = target(f.target_seed);
+    let vocab = target.config.vocab_size;
+    for case in &f.cases {
+        let dir = drafter_with(|c| c["dflash_config"].as_object_mut().unwrap().extend(case.dflash_config.clone()));
+        let drafter = DflashModel::load(dir.path(), &target.config).unwrap();
+        assert_eq!(drafter.config.block_size, f.block_size);
+        let mut ctx = drafter.new_context();
+        let scale = case.rounds.iter().flat_map(|r| r.logits.iter().flatten()).fold(0f64, |m, v| m.max(v.abs()));
+        let mut worst = 0f64;
+        for (r, round) in case.rounds.iter().enumerate() {
+            drafter.extend_context(&mut ctx, &flat(&round.taps)).unwrap();
+            let ours = drafter.draft_logits(&target, &ctx, round.bonus).unwrap();
+            assert_eq!(ours.len(), round.logits.len() * vocab);
+            for (depth, (row, expect)) in ours.chunks(vocab).zip(&round.logits).enumerate() {
+                for (&a, &b) in row.iter().zip(expect) {
+                    worst = worst.max((a as f64 - b).abs() / scale);
+                }
+                let best = (0..vocab).fold(0, |best, i| if expect[i] > expect[best] { i } else { best });
+                assert_eq!(argmax(row), best, "{}: round {r}, depth {}: top-1 differs", case.name, depth + 1);
+            }
+        }
+        eprintln!("{}: largest difference {worst:e} of the logits' scale {scale}", case.name);
+        assert!(worst < BOUND, "{}: largest difference {worst:e} of the logits' scale {scale}", case.name);
+    }
+}
+
+/// The context rows of a round, however they were appended (all at once, a round at a time, or past a
+/// truncation), give the same bits: a context row depends only on its taps and position.
+#[test]
+fn the_context_is_the_same_however_it_was_appended() {
+    let f = fixture();
+    let (_target_dir, target) = target(f.target_seed);
+    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target.config).unwrap();
+    let rounds = &f.cases[0].rounds;
+    let draft = |ctx: &DflashContext| drafter.draft_logits(&target, ctx, rounds[2].bonus).unwrap();
+
+    let mut stepwise = drafter.new_context();
+    for round in rounds {
+        drafter.extend_context(&mut stepwise, &flat(&round.taps)).unwrap();
+    }
+    let mut at_once = drafter.new_context();
+    drafter.extend_context(&mut at_once, &rounds.iter().flat_map(|r| flat(&r.taps)).collect::<Vec<_>>()).unwrap();
+    assert_eq!(at_once.len(), stepwise.len());
+    assert_eq!(draft(&at_once), draft(&stepwise));
+
+    // Rejected rows appended and dropped again leave no trace.
+    let mut rolled_back = drafter.new_context();
+    drafter.extend_context(&mut rolled_back, &flat(&rounds[0].taps)).unwrap();
+    drafter.extend_context(&mut rolled_back, &flat(&rounds[0].taps)).unwrap();
+    rolled_back.truncate(rounds[0].taps.len());
+    for round in &rounds[1..] {
+        drafter.extend_context(&mut rolled_back, &flat(&round.taps)).unwrap();
+    }
+    assert_eq!(draft(&rolled_back), draft(&stepwise));
+    // And the context is read: a shorter one drafts otherwise.
+    rolled_back.truncate(1);
+    assert_ne!(draft(&rolled_back), draft(&stepwise));
+}
+
+fn config_error(e: EngineError) -> (String, String) {
+    match e {
+        EngineError::Config { key, reason, .. } => (key, reason),
+        e => panic!("expected a config error, got: {e}"),
+    }
+}
+
+#[test]
+fn a_drafter_that_does_not_fit_its_target_is_refused_by_key() {
+    let (_target_dir, target) = target(0);
+    let refused = |edit: fn(&mut serde_json::Value)| {
+        let dir = drafter_with(edit);
+        config_error(DflashModel::load(dir.path(), &target.config).unwrap_err())
+    };
+    let (key, reason) = refused(|c| c["hidden_size"] = 32.into());
+    assert_eq!(key, "hidden_size");
+    assert!(reason.contains("target's is 64"), "{reason}");
+    let (key, reason) = refused(|c| c["dflash_config"]["target_layer_ids"] = serde_json::json!([0, 3]));
+    assert_eq!(key, "dflash_config.target_layer_ids");
+    assert!(reason.contains("layer 3"), "{reason}");
+    assert_eq!(refused(|c| c["vocab_size"] = 512.into()).0, "vocab_size");
+    assert_eq!(refused(|c| c["dflash_config"]["mask_token_id"] = 256.into()).0, "dflash_config.mask_token_id");
+    assert_eq!(refused(|c| c["dflash_config"]["block_size"] = 4.into()).0, "dflash_config.block_size");
+    assert_eq!(refused(|c| c["block_size"] = 1.into()).0, "block_size");
+    assert_eq!(refused(|c| c["num_key_value_heads"] = 3.into()).0, "num_key_value_heads");
+    assert_eq!(
+        refused(|c| c["dflash_config"]["final_logit_softcapping"] = (-1.0).into()).0,
+        "dflash_config.final_logit_softcapping"
+    );
+    assert_eq!(
+        refused(|c| {
+            c.as_object_mut().unwrap().remove("dflash_config");
+        })
+        .0,
+        "dflash_config"
+    );
+    assert_eq!(
+        refused(|c| c["dflash_config"] = serde_json::json!({"target_layer_ids": [0]})).0,
+        "dflash_config.mask_token_id"
+    );
+    assert_eq!(refused(|c| c["hidden_size"] = "64".into()).0, "hidden_size");
+}
+
+#[test]
+fn what_the_engine_does_not_run_is_refused_by_name() {
+    let (_target_dir, target) = target(0);
+    let refused = |edit: fn(&mut serde_json::Value)| {
+        let dir = drafter_with(edit);
+        config_error(DflashModel::load(dir.path(), &target.config).unwrap_err())
+    };
+    let (key, reason) = refused(|c| c["architectures"] = serde_json::json!(["DFlash2DraftModel"]));
+    assert_eq!(key, "architectures");
+    assert!(reason.contains("DFlash2DraftModel") && reason.contains("second generation"), "{reason}");
+    assert_eq!(refused(|c| c["use_sliding_window"] = true.into()).0, "layer_types");
+    assert_eq!(refused(|c| c["layer_types"][1] = "sliding_attention".into()).0, "layer_types");
+    assert_eq!(refused(|c| c["attention_bias"] = true.into()).0, "attention_bias");
+    assert_eq!(
+        refused(|c| c["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0})).0,
+        "rope_scaling"
+    );
+}
+
+#[test]
+fn tensors_that_do_not_match_the_config_are_named() {
+    let (_target_dir, target) = target(0);
+    // One target layer: fc must be [64, 64], the file's is [64, 128].
+    let dir = drafter_with(|c| c["dflash_config"]["target_layer_ids"] = serde_json::json!([1]));
+    let e = DflashModel::load(dir.path(), &target.config).unwrap_err();
+    assert!(matches!(&e, EngineError::ShapeMismatch { tensor, .. } if tensor == "fc.weight"), "{e}");
+    // A third layer the file does not hold.
+    let dir = drafter_with(|c| c["num_hidden_layers"] = 3.into());
+    let e = DflashModel::load(dir.path(), &target.config).unwrap_err();
+    assert!(matches!(&e, EngineError::MissingTensor { tensor, .. } if tensor.starts_with("layers.2.")), "{e}");
+}
+
+#[test]
+fn bad_rounds_are_errors() {
+    let (_target_dir, target) = target(0);
+    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target.config).unwrap();
+    let mut ctx = drafter.new_context();
+    let width = drafter.config.tap_width();
+    let e = drafter.extend_context(&mut ctx, &vec![0.5; width + 1]).unwrap_err();
+    assert!(matches!(e, EngineError::InvalidArgument(_)), "{e}");
+    assert!(ctx.is_empty());
+    let e = drafter.draft_logits(&target, &ctx, 256).unwrap_err();
+    assert!(matches!(e, EngineError::TokenOutOfRange { id: 256, .. }), "{e}");
+    // A block that would run past the target's 512 positions.
+    let positions = target.config.context_len();
+    drafter.extend_context(&mut ctx, &vec![0.5; (positions - 4) * width]).unwrap();
+    let e = drafter.draft_logits(&target, &ctx, 1).unwrap_err();
+    assert!(
+        matches!(e, EngineError::PositionOutOfRange { position, max } if position == positions + 3 && max == positions),
+        "{e}"
+    );
+    let e = drafter.extend_context(&mut ctx, &vec![0.5; 5 * width]).unwrap_err();
+    assert!(matches!(e, EngineError::PositionOutOfRange { .. }), "{e}");
+}
+
+#[test]
+fn taps_are_the_hidden_states_the_logits_come_from() {
+    let (_target_dir, target) = target(0);
+    let (tokens, positions) = ([7u32, 3, 250, 18, 99], [0usize, 1, 2, 3, 4]);
+    let hidden = target.config.hidden_size;
+    let (ids, taps) =
+        target.forward_argmax_tapped(&mut target.new_cache(), &tokens, &positions, None, &[2, 0]).unwrap();
+    let logits = target.forward(&mut target.new_cache(), &tokens, &positions, None).unwrap();
+    assert_eq!(ids, target.forward_argmax(&mut target.new_cache(), &tokens, &positions, None).unwrap());
+    assert_eq!(taps.len(), tokens.len() * 2 * hidden);
+    // The last layer's tap is after the final norm: the LM head of it gives the logits, bit for bit.
+    let last: Vec<f32> = taps.chunks(2 * hidden).flat_map(|row| row[..hidden].to_vec()).collect();
+    let b = target.backend();
+    assert_eq!(b.to_host(&target.lm_head(&b.upload(&last, hidden).unwrap()).unwrap()).unwrap(), logits);
+    // Each layer's rows sit where their order puts them, whatever else is tapped with them.
+    let (_, first) = target.forward_argmax_tapped(&mut target.new_cache(), &tokens, &positions, None, &[0]).unwrap();
+    let second: Vec<f32> = taps.chunks(2 * hidden).flat_map(|row| row[hidden..].to_vec()).collect();
+    assert_eq!(first, second);
+    assert_ne!(first, last);
+    // A prefill in chunks hands out the same rows as one forward.
+    let mut chunked = target.new_cache();
+    let mut target_chunked = Model::load(_target_dir.path()).unwrap();
+    target_chunked.set_prefill_chunk(2).unwrap();
+    let (_, prefill_taps) = target_chunked.prefill_tapped(&mut chunked, &tokens, &[2, 0]).unwrap();
+    assert_eq!(prefill_taps, taps);
+    let e = target.forward_argmax_tapped(&mut target.new_cache(), &tokens, &positions, None, &[3]).unwrap_err();
+    assert!(matches!(e, EngineError::InvalidArgument(_)), "{e}");
+}
+
+/// Passes everything to a DFlash drafter and keeps what it was committed.
+struct Recording<'m> {
+    inner: DflashDrafter<'m, kdtree_engine::cpu::CpuBackend>,
+    committed: Vec<f32>,
+}
+
+impl Drafter for Recording<'_> {
+    fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> kdtree_engine::Result<Draft> {
+        self.inner.draft(context, bonus, len, top_k)
+    }
+
+    fn target_layers(&self) -> &[usize] {
+        self.inner.target_layers()
+    }
+
+    fn commit(&mut self, taps: &[f32]) -> kdtree_engine::Result<()> {
+        self.committed.extend_from_slice(taps);
+        self.inner.commit(taps)
+    }
+}
+
+#[test]
+fn ddtree_with_a_dflash_drafter_is_greedy_exact_and_commits_only_accepted_features() {
+    let (_target_dir, target) = target(0);
+    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target.config).unwrap();
+    let prompt = [5u32, 17, 42, 9, 200, 31];
+    let max_new = 24;
+    let greedy = greedy_generate(&target, &prompt, max_new, &[]).unwrap();
+    let methods = [
+        Method::Tree(TreeLimits { budget: 12, draft_len: 7 }),
+        // Deeper than the block: a round drafts at most block_size - 1 positions.
+        Method::Tree(TreeLimits { budget: 32, draft_len: 16 }),
+        Method::Chain { len: 4 },
+    ];
+    for method in methods {
+        let mut recording = Recording { inner: DflashDrafter::new(&drafter, &target), committed: Vec::new() };
+        let (tokens, stats) = speculative_generate(&target, &mut recording, &prompt, max_new, &method, &[]).unwrap();
+        assert_eq!(tokens, greedy, "{}", method.label());
+        // Every round drafts but a last one with a single token left, which comes as its bonus.
+        let (_last, drafted) = stats.tree_sizes.split_last().unwrap();
+        assert!(drafted.iter().all(|&n| n > 0), "{}: a round drafted nothing: {:?}", method.label(), stats.tree_sizes);
+        eprintln!("{}: tau {:.2} over {} rounds", method.label(), stats.tau(), stats.rounds());
+        // The committed features are those of the prompt and every accepted token, in order (the last
+        // bonus token is never verified): a forward over that text hands out the same rows.
+        let text: Vec<u32> = prompt.iter().chain(&tokens[..tokens.len() - 1]).copied().collect();
+        let layers = &drafter.config.target_layer_ids;
+        let (_, expect) = target.prefill_tapped(&mut target.new_cache(), &text, layers).unwrap();
+        assert_eq!(recording.committed, expect, "{}", method.label());
+    }
+}
