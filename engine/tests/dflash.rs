@@ -2,7 +2,10 @@
 //! run by transformers): `fixtures/dflash/` holds a random-weight drafter for the tiny target of
 //! `make-tiny --seed 0`, and the logits the reference gave for three rounds of drafting, made by
 //! `fixtures/dflash/make_fixture.py`. Then malformed drafter folders, each a clear error; the target's
-//! taps; and DDTree with the drafter, greedy-exact, its context fed only the accepted tokens' features.
+//! taps; and DDTree with the drafter, greedy-exact, its context fed only the accepted tokens' features,
+//! on the CPU and (`--ignored`, on a GPU) against a target on the CUDA backend.
+
+mod gpu_common;
 
 use std::path::{Path, PathBuf};
 
@@ -316,5 +319,25 @@ fn ddtree_with_a_dflash_drafter_is_greedy_exact_and_commits_only_accepted_featur
         let layers = &drafter.config.target_layer_ids;
         let (_, expect) = target.prefill_tapped(&mut target.new_cache(), &text, layers).unwrap();
         assert_eq!(recording.committed, expect, "{}", method.label());
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn ddtree_with_a_dflash_drafter_is_greedy_exact_on_the_gpu() {
+    use kdtree_engine::cuda::CudaBackend;
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), &TinySpec { seed: fixture().target_seed, ..TinySpec::default() }).unwrap();
+    let backend = CudaBackend::open(&gpu_common::options()).expect("a GPU");
+    let target = Model::load_on(dir.path(), Arc::new(backend)).unwrap();
+    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target.config).unwrap();
+    let prompt = [5u32, 17, 42, 9, 200, 31];
+    let greedy = greedy_generate(&target, &prompt, 24, &[]).unwrap();
+    for method in [Method::Tree(TreeLimits { budget: 12, draft_len: 7 }), Method::Chain { len: 4 }] {
+        let mut dflash = DflashDrafter::new(&drafter, &target);
+        let (tokens, stats) = speculative_generate(&target, &mut dflash, &prompt, 24, &method, &[]).unwrap();
+        assert_eq!(tokens, greedy, "{}", method.label());
+        eprintln!("{} on the GPU: tau {:.2} over {} rounds", method.label(), stats.tau(), stats.rounds());
     }
 }
