@@ -81,8 +81,9 @@ pub enum DrafterKind {
 
 /// What `--draft-model` loads: a model of the target's family, or a DFlash drafter.
 pub enum DraftWeights<B: Backend> {
-    Model(Model<B>),
-    Dflash(DflashModel),
+    // Both boxed: the two differ in size by hundreds of bytes, and either is loaded once.
+    Model(Box<Model<B>>),
+    Dflash(Box<DflashModel>),
 }
 
 /// A speculative run and plain greedy decoding of the same prompt, measured in the same run.
@@ -182,8 +183,8 @@ impl SpecArgs {
     pub fn load_draft_model<B: Backend>(&self, target: &Model<B>) -> Result<Option<DraftWeights<B>>> {
         let Some(dir) = self.draft_model.as_deref() else { return Ok(None) };
         Ok(Some(match self.drafter {
-            DrafterKind::Dflash => DraftWeights::Dflash(DflashModel::load(dir, &target.config)?),
-            _ => DraftWeights::Model(Model::load_on(dir, target.backend().clone())?),
+            DrafterKind::Dflash => DraftWeights::Dflash(Box::new(DflashModel::load(dir, &target.config)?)),
+            _ => DraftWeights::Model(Box::new(Model::load_on(dir, target.backend().clone())?)),
         }))
     }
 
