@@ -12,7 +12,7 @@ use kdtree_jit::mla::reference::{Weights, absorb_query, attention, unabsorb_outp
 use kdtree_jit::mla::{
     AuxKernel, MlaAux, MlaDecode, MlaKernel, MlaShape, NewMask, absorb_host, mla_host, unabsorb_host,
 };
-use kdtree_jit::{Gpu, Target, Variant, compile_all};
+use kdtree_jit::{Gpu, Target, Variant, compile_all_for};
 use kdtree_quant::Dtype;
 use kdtree_quant::sample::symmetric;
 use proptest::collection::vec;
@@ -137,7 +137,7 @@ fn every_valid_decode_variant_matches_the_reference() {
     let variants = MlaDecode::valid_on(gpu.arch);
     let mut worst = (0f32, String::new());
     let mut checked = 0;
-    for (v, c) in compile_all(&variants, gpu.arch, None, |_| {}) {
+    for (v, c) in compile_all_for(&variants, |v| v.compile_arch(gpu.arch), None, |_| {}) {
         let kernel = MlaKernel::load(&gpu, v, &c.expect("every valid variant compiles")).expect("loads");
         let alone = (any::<Index>(), select(vec![1usize, 16, 128]));
         let worst_here = Cell::new(0f32);

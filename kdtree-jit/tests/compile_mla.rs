@@ -1,12 +1,12 @@
 //! The CI gate of the MLA family: every entry of every valid decode variant (the split kernel and
-//! the combine) and of the aux variant (absorb, unabsorb, append, gather) compiles for sm_90 and
-//! sm_120 without register spills, within the static shared memory the rules count. Cached under
+//! the combine) and of the aux variant (absorb, unabsorb, append, gather) compiles for sm_90 (the
+//! wgmma form for sm_90a) and sm_120 without register spills, within the static shared memory the rules count. Cached under
 //! target/.
 
 use std::path::Path;
 use std::time::Instant;
 
-use kdtree_jit::mla::rules::{STATIC_SMEM, aux_static_smem};
+use kdtree_jit::mla::rules::{aux_static_smem, combine_static_smem, static_smem};
 use kdtree_jit::mla::{MlaAux, MlaDecode};
 use kdtree_jit::{Arch, Cache, Compiled, Target, Variant, compile_source, render};
 use rayon::prelude::*;
@@ -55,7 +55,14 @@ fn every_valid_mla_variant_compiles_for_sm_90_and_sm_120_without_spills() {
         assert!(!valid.is_empty());
         let mut results: Vec<(String, Option<String>, u32)> = valid
             .par_iter()
-            .flat_map(|v| entries(v, vec![(v.name(), STATIC_SMEM), (v.combine_name(), 0)], arch, &cache))
+            .flat_map(|v| {
+                entries(
+                    v,
+                    vec![(v.name(), static_smem(v)), (v.combine_name(), combine_static_smem(v))],
+                    v.compile_arch(arch),
+                    &cache,
+                )
+            })
             .collect();
         for v in MlaAux::valid(&target) {
             let smem = aux_static_smem(&v);

@@ -13,7 +13,7 @@ use kdtree_jit::mla::{
     AuxKernel, DeviceMask, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaShape, NewMask, PagedCache, absorb_host,
     mla_host, unabsorb_host, upload_cache,
 };
-use kdtree_jit::{Cache, Gpu, Target, Variant, compile_all};
+use kdtree_jit::{Cache, Gpu, Target, Variant, compile_all_for};
 use kdtree_quant::sample::symmetric;
 
 const K2: MlaShape = MlaShape { heads: 64, nope: 128, rope: 64, v: 128, latent: 512, scale: 0.1352 };
@@ -33,7 +33,7 @@ fn cache() -> Cache {
 /// Every valid decode variant of the GPU, loaded.
 fn kernels(gpu: &Gpu) -> Vec<MlaKernel> {
     let valid = MlaDecode::valid(&Target { arch: gpu.arch });
-    compile_all(&valid, gpu.arch, Some(&cache()), |_| {})
+    compile_all_for(&valid, |v| v.compile_arch(gpu.arch), Some(&cache()), |_| {})
         .into_iter()
         .map(|(v, c)| MlaKernel::load(gpu, v, &c.unwrap_or_else(|e| panic!("{}: {e}", v.name()))).unwrap())
         .collect()
@@ -321,7 +321,7 @@ fn bench_k2_attention() {
     let default = MlaDecode::default_for(&Target { arch: gpu.arch });
     let st = &gpu.stream;
     let cfg = BenchConfig { warmup: 3, reps: 30, batch: 10, give_up: 3.0 };
-    for ctx in [4096usize, 32768] {
+    for ctx in [32768usize, 131072, 4096] {
         for n in [1usize, 64] {
             let past = ctx - n;
             let kv = bits(&symmetric(ctx * w, 21, 1.0));

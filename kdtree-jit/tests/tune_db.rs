@@ -292,14 +292,14 @@ fn an_mla_entry_round_trips_and_is_found_for_its_heads_only() {
     let mla = ProblemKey::mla(k2, Arch(90));
     assert_eq!(mla.to_string(), "mla 64 heads, latent 512 + rope 64");
     let db = db_with([
-        entry(mla.clone(), Environment::sample_h200(), "mla_decode_h32n32_s2_x32"),
+        entry(mla.clone(), Environment::sample_h200(), "mla_decode_mma_h32n32_s2_x32"),
         entry(key(1), Environment::sample_h200(), "w4a16_x"),
     ]);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tuning.json");
     db.save(&path).unwrap();
     let db = TuningDb::open(&path).unwrap();
-    assert_eq!(db.best_variant(&mla, &Environment::sample_h200()).unwrap().variant, "mla_decode_h32n32_s2_x32");
+    assert_eq!(db.best_variant(&mla, &Environment::sample_h200()).unwrap().variant, "mla_decode_mma_h32n32_s2_x32");
     let gemm = ProblemKey::w4a16(1, Shape { n: 64, k: 576 }, 0, Dtype::Bf16, Arch(90));
     assert!(db.best_variant(&gemm, &Environment::sample_h200()).is_none());
     let other = ProblemKey::mla(MlaKey { heads: 16, ..k2 }, Arch(90));
@@ -308,10 +308,10 @@ fn an_mla_entry_round_trips_and_is_found_for_its_heads_only() {
     let shape = MlaShape { heads: 64, nope: 128, rope: 64, v: 128, latent: 512, scale: 0.1 };
     assert_eq!(
         tuned_variant(&db, &Environment::sample_h200(), Arch(90), &shape),
-        MlaDecode::from_name("mla_decode_h32n32_s2_x32")
+        MlaDecode::from_name("mla_decode_mma_h32n32_s2_x32")
     );
     assert_eq!(tuned_variant(&db, &Environment::sample_h200(), Arch(90), &MlaShape { heads: 16, ..shape }), None);
     // 64 heads with two 64-entry stages needs more shared memory than sm_90 has: never loaded.
-    let db = db_with([entry(mla, Environment::sample_h200(), "mla_decode_h64n64_s2_x32")]);
+    let db = db_with([entry(mla, Environment::sample_h200(), "mla_decode_mma_h64n64_s2_x32")]);
     assert_eq!(tuned_variant(&db, &Environment::sample_h200(), Arch(90), &shape), None);
 }

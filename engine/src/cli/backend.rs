@@ -48,10 +48,10 @@ pub struct BackendArgs {
     /// [default: bm 8, 4 warps, bk 128, 4 stages (2 where shared memory is short)].
     #[arg(long, value_name = "NAME", value_parser = grouped_variant)]
     pub grouped_variant: Option<W4a16Grouped>,
-    /// The MLA attention kernel's variant, e.g. mla_decode_h64n32_s2_x64 (`kdtree-jit list --family
-    /// mla` lists them) [default: 64 heads a block, 32-entry tiles, 2 stages, up to 64 splits; 16-entry
-    /// tiles in 1 stage where shared memory is short]. Every variant gives a row the same bits however
-    /// many rows run with it.
+    /// The MLA attention kernel's variant, e.g. mla_decode_mma_h64n32_s2_x64 (`kdtree-jit list --family
+    /// mla` lists them) [default: the tuning DB's, else on sm_90 mla_decode_wgmma_h64n64_s2_x64; elsewhere
+    /// 64 heads a block, 32-entry tiles, 2 stages, up to 64 splits (16-entry tiles in 1 stage where
+    /// shared memory is short)]. Every variant gives a row the same bits however many rows run with it.
     #[arg(long, value_name = "NAME", value_parser = mla_variant)]
     pub mla_variant: Option<MlaDecode>,
     /// Run every forward op by op. By default a forward of up to 256 tokens is recorded as a CUDA
@@ -249,7 +249,8 @@ fn rows_of(plan: &Plan) -> Vec<(String, &kdtree_engine::cuda::VariantChoice)> {
 
 /// A grouped variant by name.
 fn mla_variant(name: &str) -> Result<MlaDecode, String> {
-    MlaDecode::from_name(name).ok_or_else(|| format!("`{name}` is not an MLA decode variant (mla_decode_...)"))
+    MlaDecode::from_name(name)
+        .ok_or_else(|| format!("`{name}` is not an MLA decode variant (mla_decode_mma_... or mla_decode_wgmma_...)"))
 }
 
 fn grouped_variant(name: &str) -> Result<W4a16Grouped, String> {

@@ -47,15 +47,16 @@ fn points_of<V: Variant + Serialize>(target: &Target) -> anyhow::Result<Vec<Poin
 
 type Results = Vec<(String, kdtree_jit::Result<Compiled>)>;
 
+/// Compiles the variants valid on `target` whose names contain `filter`, each for `arch_of` it.
 fn compile_of<V: Variant>(
     target: &Target,
-    arch: Arch,
+    arch_of: impl Fn(&V) -> Arch + Sync,
     filter: &str,
     cache: Option<&Cache>,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Results {
     let vs: Vec<V> = V::valid(target).into_iter().filter(|v| v.name().contains(filter)).collect();
-    compile_all_for(&vs, |_| arch, cache, progress).into_iter().map(|(v, r)| (v.name(), r)).collect()
+    compile_all_for(&vs, arch_of, cache, progress).into_iter().map(|(v, r)| (v.name(), r)).collect()
 }
 
 impl Family {
@@ -102,12 +103,13 @@ impl Family {
         match self {
             // The wgmma family exists on sm_90 alone: elsewhere it has no valid point.
             Family::Wgmma if device.capability() != 90 => Vec::new(),
-            Family::Tiles => compile_of::<W4a16>(&target, arch, filter, cache, progress),
-            Family::Wgmma => compile_of::<W4a16Wgmma>(&target, arch, filter, cache, progress),
-            Family::Grouped => compile_of::<W4a16Grouped>(&target, arch, filter, cache, progress),
-            Family::Mla => compile_of::<MlaDecode>(&target, arch, filter, cache, progress),
-            Family::MlaAux => compile_of::<MlaAux>(&target, arch, filter, cache, progress),
-            Family::Dense16 => compile_of::<Dense16>(&target, arch, filter, cache, progress),
+            Family::Tiles => compile_of::<W4a16>(&target, |_| arch, filter, cache, progress),
+            Family::Wgmma => compile_of::<W4a16Wgmma>(&target, |_| arch, filter, cache, progress),
+            Family::Grouped => compile_of::<W4a16Grouped>(&target, |_| arch, filter, cache, progress),
+            // Its wgmma form compiles for the arch-specific target, beside the mma form's.
+            Family::Mla => compile_of::<MlaDecode>(&target, |v| v.compile_arch(arch), filter, cache, progress),
+            Family::MlaAux => compile_of::<MlaAux>(&target, |_| arch, filter, cache, progress),
+            Family::Dense16 => compile_of::<Dense16>(&target, |_| arch, filter, cache, progress),
         }
     }
 

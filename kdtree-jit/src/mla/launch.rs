@@ -4,7 +4,7 @@
 use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
 use crate::launch::{allow_shared, short_buffer};
-use crate::mla::rules::{MAX_LATENT, MAX_NEW, MAX_ROPE, STATIC_SMEM, dynamic_smem};
+use crate::mla::rules::{MAX_LATENT, MAX_NEW, MAX_ROPE, dynamic_smem, static_smem};
 use crate::mla::{MlaDecode, MlaShape, NewMask};
 use crate::{Cache, Compiled, Error, Gpu, Result, Variant, compile_variant};
 
@@ -105,7 +105,7 @@ impl MlaKernel {
 
     /// Compiles (through `cache`) and loads `variant` for `gpu`.
     pub fn compile(gpu: &Gpu, variant: MlaDecode, cache: Option<&Cache>) -> Result<MlaKernel> {
-        let compiled = compile_variant(&variant, gpu.arch, cache)?;
+        let compiled = compile_variant(&variant, variant.compile_arch(gpu.arch), cache)?;
         MlaKernel::load(gpu, variant, &compiled)
     }
 
@@ -151,7 +151,7 @@ impl MlaKernel {
             _ => &b.past,
         };
         let smem = dynamic_smem(v, width);
-        allow_shared(&self.decode, smem, STATIC_SMEM)?;
+        allow_shared(&self.decode, smem, static_smem(v))?;
         let slice = n.min(b.workspace.len() / v.workspace_len(1, s.heads, s.latent));
         let split = slice * v.max_splits as usize * s.heads * s.latent;
         let mut workspace = b.workspace;

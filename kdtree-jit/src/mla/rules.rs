@@ -1,6 +1,7 @@
 //! Which MLA variants fit an arch: shared memory, counted at the widest entry the kernels take
 //! (latent 512 + rope 64, K2's), since the launch's width is not part of the variant.
 
+use crate::mla::space::MlaMma;
 use crate::mla::{MlaAux, MlaDecode};
 use crate::{Invalid, Target};
 
@@ -10,21 +11,64 @@ pub const MAX_ROPE: usize = 64;
 /// New rows one launch may have: the decode kernel lists a row's visible new tokens in shared memory.
 pub const MAX_NEW: usize = 1024;
 
-/// Static shared memory of the decode kernel: the visible list (u16 each) and its count, rounded up.
-pub const STATIC_SMEM: usize = MAX_NEW * 2 + 16;
+/// The visible list (u16 each) and its count, rounded up.
+const VISIBLE_SMEM: usize = MAX_NEW * 2 + 16;
 
-/// Dynamic shared memory of a decode launch of entry width `width`, in bytes: the query rows and
-/// `stages` tiles, rows padded by 8 elements (conflict-free ldmatrix); P (`hb` x `bn + 8` bf16); the
-/// halves' row maxima and sums (4 x `hb` f32).
+/// Static shared memory of the decode kernel: the mma form's visible list; the wgmma form has none
+/// (its dynamic base must stay 1024-aligned for the swizzle atoms).
+pub fn static_smem(v: &MlaDecode) -> usize {
+    match v.mma {
+        MlaMma::Mma => VISIBLE_SMEM,
+        MlaMma::Wgmma => 0,
+    }
+}
+
+/// Static shared memory of the combine: one (max, sum) pair of f32 a split.
+pub fn combine_static_smem(v: &MlaDecode) -> usize {
+    v.max_splits as usize * 8
+}
+
+/// Dynamic shared memory of a decode launch of entry width `width`, in bytes.
+/// - mma: the query rows and `stages` tiles, rows padded by 8 elements (conflict-free ldmatrix); P
+///   (`hb` x `bn + 8` bf16); the halves' row maxima and sums (4 x `hb` f32).
+/// - wgmma: the query rows and `stages` tiles as 64-column blocks (128 bytes a row) of the widest
+///   entry (the kernel's offsets do not depend on `width`); P (one 64-row block); the heads'
+///   rescales (64 f32); the visible list.
 pub fn dynamic_smem(v: &MlaDecode, width: usize) -> usize {
     let (hb, bn, stages) = (v.hb as usize, v.bn as usize, v.stages as usize);
-    let row = (width + 8) * 2;
-    hb * row + stages * bn * row + hb * (bn + 8) * 2 + 4 * hb * 4
+    match v.mma {
+        MlaMma::Mma => {
+            let row = (width + 8) * 2;
+            hb * row + stages * bn * row + hb * (bn + 8) * 2 + 4 * hb * 4
+        }
+        MlaMma::Wgmma => {
+            let row = (MAX_LATENT + MAX_ROPE).div_ceil(64) * 128;
+            hb * row + stages * bn * row + hb * 128 + hb * 4 + VISIBLE_SMEM
+        }
+    }
+}
+
+fn incompatible(reason: String) -> Result<(), Invalid> {
+    Err(Invalid::Incompatible { reason })
 }
 
 /// `Ok` when `v` can run on `target`; otherwise the first reason it cannot.
 pub fn check(v: &MlaDecode, target: &Target) -> Result<(), Invalid> {
-    let requested = dynamic_smem(v, MAX_LATENT + MAX_ROPE) + STATIC_SMEM;
+    if v.mma == MlaMma::Wgmma {
+        if target.arch.capability() != 90 {
+            return incompatible(format!(
+                "wgmma is Hopper's arch-specific feature: it runs on sm_90 (compiled for sm_90a), not {}",
+                target.arch
+            ));
+        }
+        if v.hb != 64 || v.bn < 32 {
+            return incompatible(format!(
+                "the wgmma form takes 64 heads (the instruction's M) and 32- or 64-entry tiles, not hb = {}, bn = {}",
+                v.hb, v.bn
+            ));
+        }
+    }
+    let requested = dynamic_smem(v, MAX_LATENT + MAX_ROPE) + static_smem(v);
     let max = target.arch.smem_per_block_max();
     if requested > max {
         return Err(Invalid::SharedMemory { requested, max });
@@ -51,29 +95,42 @@ mod tests {
     use super::*;
     use crate::{Arch, Variant};
 
+    const MMA: MlaDecode = MlaDecode { mma: MlaMma::Mma, hb: 64, bn: 32, stages: 2, max_splits: 64 };
+
     fn valid(arch: u32) -> Vec<MlaDecode> {
         MlaDecode::valid(&Target { arch: Arch(arch) })
     }
 
     #[test]
     fn shared_memory_decides_the_valid_points() {
-        // 3 hb x 3 bn x 4 stages x 3 max_splits.
-        assert_eq!(MlaDecode::all().len(), 108);
-        // sm_90 (227 KiB): 64 heads keep two 64-entry stages out (236,560 bytes), and four 32-entry ones.
+        // 2 mma x 3 hb x 3 bn x 4 stages x 3 max_splits.
+        assert_eq!(MlaDecode::all().len(), 216);
+        // sm_90 (227 KiB): 64 heads keep two 64-entry stages out of the mma form (236,560 bytes), and
+        // four 32-entry ones; the wgmma form fits up to 4 stages of 32 entries, 2 of 64.
         let sm90 = valid(90);
-        assert_eq!(sm90.len(), 84);
-        assert!(sm90.iter().all(|v| !(v.hb == 64 && v.bn * v.stages > 96)));
-        assert!(sm90.iter().any(|v| v.hb == 64 && v.bn == 32 && v.stages == 3));
-        let big = MlaDecode { hb: 64, bn: 64, stages: 2, max_splits: 32 };
+        let (wgmma, mma): (Vec<&MlaDecode>, Vec<&MlaDecode>) = sm90.iter().partition(|v| v.mma == MlaMma::Wgmma);
+        assert_eq!(mma.len(), 84);
+        assert!(mma.iter().all(|v| !(v.hb == 64 && v.bn * v.stages > 96)));
+        assert!(mma.iter().any(|v| v.hb == 64 && v.bn == 32 && v.stages == 3));
+        let big = MlaDecode { bn: 64, max_splits: 32, ..MMA };
         assert_eq!(
             big.check(&Target { arch: Arch(90) }),
             Err(Invalid::SharedMemory { requested: 236_560, max: 227 * 1024 })
         );
-        // sm_120 (99 KiB): 64 heads only with one 16-entry stage (99,600 bytes).
+        assert_eq!(wgmma.len(), 18);
+        assert!(wgmma.iter().all(|v| v.hb == 64 && v.bn * v.stages <= 128));
+        let deep = MlaDecode { mma: MlaMma::Wgmma, bn: 64, stages: 3, ..MMA };
+        assert_eq!(
+            deep.check(&Target { arch: Arch(90) }),
+            Err(Invalid::SharedMemory { requested: 4 * 73_728 + 8192 + 256 + 2064, max: 227 * 1024 })
+        );
+        // The arch-specific target takes the same points.
+        assert_eq!(valid(90), MlaDecode::valid(&Target { arch: Arch::SM_90A }));
+        // sm_120 (99 KiB): 64 heads only with one 16-entry stage (99,600 bytes); no wgmma.
         let sm120 = valid(120);
         assert!(sm120.iter().any(|v| v.hb == 64 && v.bn == 16 && v.stages == 1));
-        assert!(sm120.iter().all(|v| v.hb < 64 || (v.bn == 16 && v.stages == 1)));
-        assert!(sm120.len() < sm90.len());
+        assert!(sm120.iter().all(|v| v.mma == MlaMma::Mma && (v.hb < 64 || (v.bn == 16 && v.stages == 1))));
+        assert!(sm120.len() < mma.len());
     }
 
     #[test]
@@ -81,7 +138,13 @@ mod tests {
         for arch in [90, 120] {
             for v in MlaDecode::all() {
                 if let Err(reason) = v.check(&Target { arch: Arch(arch) }) {
-                    assert!(reason.to_string().contains("shared memory"), "{}", v.name());
+                    let reason = reason.to_string();
+                    let why = if v.mma == MlaMma::Wgmma && (arch != 90 || v.hb != 64 || v.bn < 32) {
+                        "wgmma"
+                    } else {
+                        "shared memory"
+                    };
+                    assert!(reason.contains(why), "{}: {reason}", v.name());
                 }
             }
         }
@@ -96,15 +159,19 @@ mod tests {
             assert_eq!(MlaDecode::from_name(&v.name()), Some(v));
             assert!(MlaAux::default_for(&target).check(&target).is_ok());
         }
-        let v = MlaDecode { hb: 64, bn: 32, stages: 2, max_splits: 64 };
-        assert_eq!(v.name(), "mla_decode_h64n32_s2_x64");
-        assert_eq!(v.combine_name(), "mla_decode_h64n32_s2_x64_combine");
+        assert_eq!(MMA.name(), "mla_decode_mma_h64n32_s2_x64");
+        assert_eq!(MMA.combine_name(), "mla_decode_mma_h64n32_s2_x64_combine");
+        let w = MlaDecode { mma: MlaMma::Wgmma, bn: 64, ..MMA };
+        assert_eq!(w.name(), "mla_decode_wgmma_h64n64_s2_x64");
+        assert_eq!(MlaDecode::from_name(&w.name()), Some(w));
+        assert_eq!(w.compile_arch(Arch(90)), Arch::SM_90A);
+        assert_eq!(MMA.compile_arch(Arch(90)), Arch(90));
         assert_eq!(MlaAux { rows: 16 }.name(), "mla_aux_r16");
     }
 
     #[test]
     fn the_split_plan_depends_on_the_length_alone() {
-        let v = MlaDecode { hb: 64, bn: 64, stages: 1, max_splits: 32 };
+        let v = MlaDecode { bn: 64, stages: 1, max_splits: 32, ..MMA };
         assert_eq!(v.splits(0), 0);
         assert_eq!(v.splits(1), 1);
         assert_eq!(v.splits(64 * 32), 32);

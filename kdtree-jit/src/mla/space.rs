@@ -1,6 +1,9 @@
 //! The MLA variant spaces: the decode kernel's tile shapes ([`MlaDecode`]), and the small kernels
 //! around it ([`MlaAux`]).
 //!
+//! - `mma`: `mma` runs mma.sync (every arch), its warps reading each tile from shared memory once
+//!   per 16 heads; `wgmma` runs Hopper's warpgroup MMA (compiled for sm_90a on an sm_90 device) on
+//!   64 heads and 32- or 64-entry tiles, reading each tile once a block.
 //! - `hb`: heads per block, 16, 32 or 64: the MMA's M is 16 heads, so a block runs `hb / 16` head
 //!   groups of two warps. Every head reads the same cache entries: more heads a block read each
 //!   tile fewer times (K2 has 64 heads: one head group of 64 reads the cache once per row), fewer
@@ -15,14 +18,36 @@
 //!   bn) / max_splits)`, a function of L alone: a row's bits never depend on the batch. More splits
 //!   fill the GPU at few rows, and cost workspace and combine work.
 
-use crate::{Arch, Target, Variant};
+use serde::{Deserialize, Serialize};
+
+use crate::{Arch, AxisValue, Target, Variant};
+
+/// The tensor-core instruction an MLA decode variant runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MlaMma {
+    /// `mma.sync` m16n8k16, every arch from sm_80.
+    Mma,
+    /// Hopper's `wgmma.mma_async` (sm_90a).
+    Wgmma,
+}
+
+impl AxisValue for MlaMma {
+    fn as_str(&self) -> &'static str {
+        match self {
+            MlaMma::Mma => "mma",
+            MlaMma::Wgmma => "wgmma",
+        }
+    }
+}
 
 crate::variant_space! {
     /// One absorbed MLA attention kernel over a paged bf16 latent cache, and its split combine.
     pub space MlaDecode {
         template = "mla_decode.cu.tera";
-        name = "mla_decode_h{hb}n{bn}_s{stages}_x{max_splits}";
+        name = "mla_decode_{mma}_h{hb}n{bn}_s{stages}_x{max_splits}";
         axes {
+            /// the tensor-core instruction
+            mma: MlaMma = [Mma, Wgmma],
             /// heads per block (MMA M, 16 per head group)
             hb: u32 = [16, 32, 64],
             /// cache entries per tile
@@ -72,17 +97,33 @@ impl MlaDecode {
         tiles.div_ceil(per)
     }
 
-    /// The engine's default until tuning picks: 64 heads a block (K2's heads, the cache read once per
-    /// row), 32-entry tiles in 2 stages, up to 64 splits; where that does not fit the arch's shared
-    /// memory (sm_120's 99 KiB), 16-entry tiles in 1 stage.
+    /// The engine's default until tuning picks: on Hopper the wgmma form in 2 stages with up to 64
+    /// splits (the best single point over 1 and 64 rows at 4K-131K entries on an H100); elsewhere 64
+    /// heads a block (K2's heads, the cache read once per row), 32-entry tiles in 2 stages, up to 64
+    /// splits, and where that does not fit the arch's shared memory (sm_120's 99 KiB), 16-entry tiles
+    /// in 1 stage.
     pub fn default_for(target: &Target) -> MlaDecode {
-        let big = MlaDecode { hb: 64, bn: 32, stages: 2, max_splits: 64 };
+        let wgmma = MlaDecode { mma: MlaMma::Wgmma, hb: 64, bn: 64, stages: 2, max_splits: 64 };
+        if wgmma.check(target).is_ok() {
+            return wgmma;
+        }
+        let big = MlaDecode { mma: MlaMma::Mma, hb: 64, bn: 32, stages: 2, max_splits: 64 };
         if big.check(target).is_ok() { big } else { MlaDecode { bn: 16, stages: 1, ..big } }
     }
 
-    /// The decode variants valid on `arch`.
+    /// The decode variants valid on a device of `arch` (wgmma ones compiled for its arch-specific
+    /// target, [`MlaDecode::compile_arch`]).
     pub fn valid_on(arch: Arch) -> Vec<MlaDecode> {
         MlaDecode::valid(&Target { arch })
+    }
+
+    /// The target this variant compiles for on a device of `device`: wgmma needs the arch-specific
+    /// one (sm_90a).
+    pub fn compile_arch(&self, device: Arch) -> Arch {
+        match self.mma {
+            MlaMma::Mma => device,
+            MlaMma::Wgmma => device.specific(),
+        }
     }
 }
 

@@ -24,7 +24,7 @@ use super::search::Rejection;
 use super::session::Session;
 use crate::mla::reference::{Weights, attention};
 use crate::mla::{DeviceMask, MlaBuffers, MlaDecode, MlaKernel, MlaShape, NewMask, PagedCache, mla_host, upload_cache};
-use crate::{Cache, Variant, compile_all};
+use crate::{Cache, Variant, compile_all_for};
 
 /// New rows per launch the grid times: a decode step, a small tree, DDTree's usual verify.
 pub const ROWS: [usize; 3] = [1, 8, 64];
@@ -210,7 +210,7 @@ pub fn tune_mla(
     let mut rejected = Vec::new();
     let (mut kernels, mut errors) = (Vec::new(), Vec::new());
     let cases = gate_cases(s);
-    for (v, compiled) in compile_all(&MlaDecode::valid_on(arch), arch, cache, |_| {}) {
+    for (v, compiled) in compile_all_for(&MlaDecode::valid_on(arch), |v| v.compile_arch(arch), cache, |_| {}) {
         let kernel = compiled.and_then(|c| MlaKernel::load(session.gpu, v, &c));
         match kernel {
             Ok(k) => match gate(session, &k, s, &cases)? {
