@@ -68,7 +68,7 @@ fn run_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
     let mut acc = b.linear(&normed, &w).unwrap();
     b.add_assign(&mut acc, &y).unwrap();
     out.push(("add_assign", b.to_host(&acc).unwrap(), F32_BOUND + BF16_BOUND));
-    out.push(("silu_mul", b.to_host(&b.silu_mul(&y).unwrap()).unwrap(), BF16_BOUND));
+    out.push(("silu_mul", b.to_host(&b.silu_mul(&y, &w).unwrap()).unwrap(), BF16_BOUND));
     out.push(("columns", b.to_host(&b.columns(&y, 10, 24).unwrap()).unwrap(), BF16_BOUND));
     // Rotary tables of 16 positions for a rope part of 8: 4 heads of 16 columns, columns 6..14.
     let (cos, sin): (Vec<f32>, Vec<f32>) =
