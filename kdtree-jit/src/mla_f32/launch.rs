@@ -7,12 +7,13 @@ use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig, PushKern
 use super::MlaF32;
 use crate::launch::short_buffer;
 use crate::mla::launch::unsupported;
-use crate::mla::rules::MAX_NEW;
 use crate::mla::{DeviceMask, MlaShape, PagedCache, shape_error};
 use crate::{Cache, Compiled, Gpu, Result, Variant, compile_variant};
 
 /// The most `nope` absorb takes: its query row lives in shared memory (the template's MAX_NOPE).
 pub const MAX_NOPE: usize = 256;
+/// The most rows a launch takes: absorb, attention and unabsorb put rows on the grid's y.
+pub const MAX_ROWS: usize = 65_535;
 
 pub struct MlaF32Kernel {
     variant: MlaF32,
@@ -65,8 +66,9 @@ impl MlaF32Kernel {
         if s.nope > MAX_NOPE || s.v == 0 || s.v > 1 << 16 || s.latent > 4 * self.threads() {
             return Err(fail(format!("nope {} (at most {MAX_NOPE}), v {}, latent {}", s.nope, s.v, s.latent)));
         }
-        if n > MAX_NEW * 64 {
-            return Err(fail(format!("{n} rows at once")));
+        // Rows (entries, for append and gather) are the grid's y or x: y holds at most 65535.
+        if n > MAX_ROWS {
+            return Err(fail(format!("{n} rows at once; a launch takes at most {MAX_ROWS}")));
         }
         short_buffer(needs).map_or(Ok(()), |reason| Err(fail(reason)))
     }
