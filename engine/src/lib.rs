@@ -11,6 +11,7 @@
 //! | every op on the GPU: JIT kernels, tuned W4A16 variants, cuBLAS | [`cuda`] |
 //! | visibility among new tokens (tree attention) | [`TreeMask`] |
 //! | the model, its config and KV cache | [`Model`], [`Config`], [`KvCache`] |
+//! | the dtype dense weights are computed in: the checkpoint's, or one asked for | [`Model::load_as`], [`registry::ComputeDtype`] |
 //! | greedy decoding | [`greedy_generate`] ([`generate`]) |
 //! | tokenizers (`tokenizer.json`, Kimi's `tiktoken.model`), chat templates, text streamed as decoded | [`text`] |
 //! | tensor/expert/vocabulary parallelism simulated over CPU ranks, bitwise equal to one rank | [`sharded::ShardedCpu`] |

@@ -36,6 +36,11 @@ fn dense(n: usize, k: usize, seed: u64) -> HostLinear {
     HostLinear::Dense(DenseWeight::new(n, k, DenseValues::Bf16(v)).unwrap())
 }
 
+/// A dense f32 weight: what an f32 checkpoint (or --dtype f32) loads.
+fn dense32(n: usize, k: usize, seed: u64) -> HostLinear {
+    HostLinear::Dense(DenseWeight::new(n, k, DenseValues::F32(symmetric(n * k, seed, 0.5))).unwrap())
+}
+
 fn int4(n: usize, k: usize, seed: u64) -> HostLinear {
     HostLinear::Int4(QuantizedWeight::quantize(&symmetric(n * k, seed, 0.5), n, k, 32, Dtype::Bf16).unwrap())
 }
@@ -68,7 +73,7 @@ fn run_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
     let mut acc = b.linear(&normed, &w).unwrap();
     b.add_assign(&mut acc, &y).unwrap();
     out.push(("add_assign", b.to_host(&acc).unwrap(), F32_BOUND + BF16_BOUND));
-    out.push(("silu_mul", b.to_host(&b.silu_mul(&y).unwrap()).unwrap(), BF16_BOUND));
+    out.push(("silu_mul", b.to_host(&b.silu_mul(&y, &w).unwrap()).unwrap(), BF16_BOUND));
     out.push(("columns", b.to_host(&b.columns(&y, 10, 24).unwrap()).unwrap(), BF16_BOUND));
     // Rotary tables of 16 positions for a rope part of 8: 4 heads of 16 columns, columns 6..14.
     let (cos, sin): (Vec<f32>, Vec<f32>) =
@@ -111,6 +116,64 @@ fn run_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
     let ids: Vec<f32> = b.argmax(&x).unwrap().into_iter().map(|i| i as f32).collect();
     out.push(("argmax", ids, 0.0));
     out
+}
+
+/// The ops of an f32 model: f32 weights, an f32 KV cache, f32 experts. Nothing is rounded to 16 bits
+/// on either backend, so every op is within [`F32_BOUND`] (the embedding exactly).
+fn run_f32_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
+    let h = 96;
+    let tokens = [3u32, 0, 7, 7, 1];
+    let mask = TreeMask::from_parents(&[None, Some(0), Some(1), Some(1), Some(3)]);
+    let batch = b.batch(&tokens, &[4, 5, 6, 6, 7], &mask, 3).unwrap();
+    let x = b.embedding(&b.linear_weight("embed", dense32(8, h, seed)).unwrap(), &batch).unwrap();
+    let mut out = vec![("embedding (f32)", b.to_host(&x).unwrap(), 0.0)];
+    let w = b.linear_weight("dense", dense32(64, h, seed + 2)).unwrap();
+    let y = b.linear(&x, &w).unwrap();
+    out.push(("linear (f32)", b.to_host(&y).unwrap(), F32_BOUND));
+    let down = b.linear_weight("down", dense32(h, 32, seed + 3)).unwrap();
+    let act = b.silu_mul(&y, &down).unwrap();
+    out.push(("silu_mul (f32)", b.to_host(&act).unwrap(), F32_BOUND));
+    out.push(("linear after silu_mul (f32)", b.to_host(&b.linear(&act, &down).unwrap()).unwrap(), F32_BOUND));
+    // Absorbed MLA over an f32 cache, as in run_ops.
+    let mla = MlaShape { heads: 2, nope: 8, rope: 16, v: 6, latent: 32, scale: 0.3 };
+    let heads = Heads { mla, kv: KvDtype::F32 };
+    let kv_b = b.absorb("kv_b", &dense32(2 * (8 + 6), 32, seed + 8), heads).unwrap();
+    let mut cache = b.new_cache(1, heads, 64);
+    let ctx = b.batch(&[1, 2, 3], &[0, 1, 2], &TreeMask::causal(3), 0).unwrap();
+    let latent_w = b.linear_weight("latent", dense32(32, h, seed + 4)).unwrap();
+    let rope_w = b.linear_weight("rope", dense32(16, h, seed + 5)).unwrap();
+    let past = b.embedding(&b.linear_weight("e", dense32(8, h, seed + 6)).unwrap(), &ctx).unwrap();
+    b.kv_append(&mut cache, 0, &b.linear(&past, &latent_w).unwrap(), &b.linear(&past, &rope_w).unwrap(), &ctx).unwrap();
+    cache.commit(3);
+    b.kv_append(&mut cache, 0, &b.linear(&x, &latent_w).unwrap(), &b.linear(&x, &rope_w).unwrap(), &batch).unwrap();
+    let qw = b.linear_weight("q", dense32(2 * 24, h, seed + 7)).unwrap();
+    let att = b.attention(&b.linear(&x, &qw).unwrap(), &cache, 0, &batch, &kv_b).unwrap();
+    out.push(("kv_append + absorbed MLA (f32)", b.to_host(&att).unwrap(), F32_BOUND));
+    // Dense f32 experts: 8 of 32, top 3 of 2 groups.
+    let routing =
+        Routing { n_experts: 8, top_k: 3, n_group: 2, topk_group: 1, norm_topk_prob: true, routed_scaling_factor: 2.5 };
+    let experts = (0..8)
+        .map(|e| {
+            (HostLinear::stack(dense32(32, h, 100 + e), dense32(32, h, 200 + e)).unwrap(), dense32(h, 32, 300 + e))
+        })
+        .collect();
+    let host =
+        HostExperts { routing, router: symmetric(8 * h, seed + 9, 0.3), bias: symmetric(8, seed + 10, 0.1), experts };
+    let moe = b.experts("moe", host).unwrap();
+    out.push(("moe (f32 experts)", b.to_host(&b.moe(&x, &moe).unwrap()).unwrap(), F32_BOUND));
+    out
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn every_f32_op_on_cuda_matches_the_cpu_backend_within_f32_rounding() {
+    let gpu = cuda();
+    for seed in [1, 2] {
+        let (reference, ours) = (run_f32_ops(&CpuBackend, seed), run_f32_ops(&gpu, seed));
+        for ((name, r, bound), (_, o, _)) in reference.into_iter().zip(ours) {
+            check(name, r, o, bound);
+        }
+    }
 }
 
 #[test]

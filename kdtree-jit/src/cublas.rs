@@ -72,10 +72,31 @@ impl GemmType {
     }
 }
 
+/// How a GEMM computes: both accumulate in f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Compute {
+    /// `CUBLAS_COMPUTE_32F`: with the handle's default math mode, f32 inputs are never rounded to
+    /// TF32; cuBLAS is free to pick any other algorithm.
+    F32,
+    /// `CUBLAS_COMPUTE_32F_PEDANTIC`: f32 in every stage whatever the math mode or the
+    /// `NVIDIA_TF32_OVERRIDE` environment variable say, no TF32 and no tensor-op shortcut: what an f32
+    /// model's weights are multiplied with, so that its arithmetic is f32 as its checkpoint's is.
+    F32Pedantic,
+}
+
+impl Compute {
+    fn cuda(self) -> blas_sys::cublasComputeType_t {
+        match self {
+            Compute::F32 => blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            Compute::F32Pedantic => blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC,
+        }
+    }
+}
+
 /// `y[m, n] = x[m, k] · w[n, k]ᵀ`, row-major, with X and W of type `input` and Y of type `output`,
-/// accumulated in f32, enqueued on `stream`, which must be `blas`'s. The buffers' element types
-/// must have the size of their GEMM types (u16 for bf16/f16, f32 for f32) and hold at least what
-/// cuBLAS reads and writes.
+/// accumulated in f32 ([`Compute::F32`]), enqueued on `stream`, which must be `blas`'s. The buffers'
+/// element types must have the size of their GEMM types (u16 for bf16/f16, f32 for f32) and hold at
+/// least what cuBLAS reads and writes.
 ///
 /// cuBLAS is column-major: it sees row-major W as Wᵀ [k, n] and Y as Yᵀ [n, m], so it computes
 /// `Yᵀ = op(W) · Xᵀ` with op = transpose, leading dimensions k, k and n.
@@ -83,6 +104,21 @@ impl GemmType {
 pub fn gemm<T: DeviceRepr, U: DeviceRepr>(
     blas: &CudaBlas,
     stream: &Arc<CudaStream>,
+    types: (GemmType, GemmType),
+    dims: (usize, usize, usize),
+    x: &CudaView<'_, T>,
+    w: &CudaView<'_, T>,
+    y: &mut CudaViewMut<'_, U>,
+) -> Result<()> {
+    gemm_with(blas, stream, Compute::F32, types, dims, x, w, y)
+}
+
+/// [`gemm`] computed as `compute` says.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_with<T: DeviceRepr, U: DeviceRepr>(
+    blas: &CudaBlas,
+    stream: &Arc<CudaStream>,
+    compute: Compute,
     (input, output): (GemmType, GemmType),
     (m, n, k): (usize, usize, usize),
     x: &CudaView<'_, T>,
@@ -116,8 +152,7 @@ pub fn gemm<T: DeviceRepr, U: DeviceRepr>(
     // SAFETY: the element sizes and the lengths were checked against the types and dimensions above;
     // the pointers stay valid while the sync guards live (until the end of this function, after the
     // work is enqueued on `stream`, which was checked to be the handle's); alpha and beta are f32 as
-    // CUBLAS_COMPUTE_32F requires (which, with the handle's default math mode, never rounds f32
-    // inputs to TF32).
+    // both f32 compute types require.
     unsafe {
         blas::gemm_ex(
             *blas.handle(),
@@ -137,7 +172,7 @@ pub fn gemm<T: DeviceRepr, U: DeviceRepr>(
             yp as *mut _,
             output.cuda(),
             ni,
-            blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            compute.cuda(),
             blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )?;
     }

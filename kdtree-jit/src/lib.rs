@@ -12,6 +12,7 @@
 //! | the W4A16 GEMM space, layout and launch | [`w4a16`] |
 //! | 16-bit weights streamed at a few rows (decode's bf16 projections) | [`dense16`] |
 //! | dense GEMMs by cuBLAS (the engine's, and the tuner's peers) | [`cublas`] |
+//! | absorbed MLA in f32 (an f32 model's attention) | [`mla_f32`] |
 //!
 //! Declaring a space (the template is looked up only when rendering):
 //!
@@ -61,6 +62,7 @@ pub mod error;
 pub mod kernel;
 mod launch;
 pub mod mla;
+pub mod mla_f32;
 pub mod probe;
 pub mod render;
 mod runtime;

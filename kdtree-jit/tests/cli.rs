@@ -155,7 +155,7 @@ fn compile_with_a_filter_that_matches_nothing_fails_saying_so() {
 }
 
 #[test]
-fn the_mla_family_is_listed_rendered_and_compiled_like_the_gemms() {
+fn the_mla_families_are_listed_rendered_and_compiled_like_the_gemms() {
     use kdtree_jit::mla::{MlaAux, MlaDecode};
     let listed: serde_json::Value =
         serde_json::from_str(&stdout(&kdtree_jit(&["list", "--arch", "120", "--family", "mla", "--all", "--json"])))
@@ -173,8 +173,11 @@ fn the_mla_family_is_listed_rendered_and_compiled_like_the_gemms() {
     assert!(stdout(&kdtree_jit(&["render", &decode])).contains(&format!(" {decode}_combine(")));
     assert!(stdout(&kdtree_jit(&["render", &aux.name()])).contains(&aux.gather_name()));
 
+    let f32 = kdtree_jit::mla_f32::MlaF32::default_for(&Target { arch: Arch(90) });
+    assert!(stdout(&kdtree_jit(&["render", &f32.name()])).contains(&f32.gather_name()));
+
     // One variant of each family, through the same command as the GEMMs (the CI gate compiles all).
-    for (family, name) in [("mla", decode), ("mla-aux", aux.name())] {
+    for (family, name) in [("mla", decode), ("mla-aux", aux.name()), ("mla-f32", f32.name())] {
         let args = ["compile", "--arch", "90", "--family", family, "--filter", &name, "--json", "--no-cache"];
         let summary: serde_json::Value = serde_json::from_str(&stdout(&kdtree_jit(&args))).unwrap();
         assert_eq!(summary["errors"].as_array().unwrap().len(), 0);

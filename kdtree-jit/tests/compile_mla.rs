@@ -1,13 +1,14 @@
 //! The CI gate of the MLA family: every entry of every valid decode variant (the split kernel and
-//! the combine) and of the aux variant (absorb, unabsorb, append, gather) compiles for sm_90 (the
-//! wgmma form for sm_90a) and sm_120 without register spills, within the static shared memory the rules count. Cached under
-//! target/.
+//! the combine), of the aux variant (absorb, unabsorb, append, gather) and of the f32 variant
+//! (attention and its four companions) compiles for sm_90 (the wgmma form for sm_90a) and sm_120
+//! without register spills, within the static shared memory the rules count. Cached under target/.
 
 use std::path::Path;
 use std::time::Instant;
 
 use kdtree_jit::mla::rules::{aux_static_smem, combine_static_smem, static_smem};
 use kdtree_jit::mla::{MlaAux, MlaDecode};
+use kdtree_jit::mla_f32::MlaF32;
 use kdtree_jit::{Arch, Cache, Compiled, Target, Variant, compile_source, render};
 use rayon::prelude::*;
 
@@ -68,6 +69,12 @@ fn every_valid_mla_variant_compiles_for_sm_90_and_sm_120_without_spills() {
             let smem = aux_static_smem(&v);
             let names = [v.name(), v.unabsorb_name(), v.append_name(), v.gather_name()];
             results.extend(entries(&v, names.into_iter().map(|n| (n, smem)).collect(), arch, &cache));
+        }
+        // The f32 family's five entries: static shared memory of the query row, the tile's weights and
+        // entries, and the warps' maxima (attention), well under the 48 KiB a static block may take.
+        for v in MlaF32::valid(&target) {
+            let names = v.entry_names().into_iter().map(|n| (n, 48 * 1024)).collect();
+            results.extend(entries(&v, names, arch, &cache));
         }
         let most = results.iter().map(|(name, _, r)| (*r, name.clone())).max().unwrap_or_default();
         eprintln!(

@@ -6,6 +6,7 @@ use std::process::Command;
 
 use kdtree_jit::dense16::Dense16;
 use kdtree_jit::mla::{MlaAux, MlaDecode};
+use kdtree_jit::mla_f32::MlaF32;
 use kdtree_jit::w4a16::W4a16;
 use kdtree_jit::w4a16::grouped::W4a16Grouped;
 use kdtree_jit::w4a16::wgmma::W4a16Wgmma;
@@ -34,6 +35,7 @@ fn render_family(family: &str) -> Option<BTreeSet<String>> {
         "grouped" => render_valid::<W4a16Grouped>(sm90),
         "mla" => render_valid::<MlaDecode>(sm90),
         "mla-aux" => render_valid::<MlaAux>(sm90),
+        "mla-f32" => render_valid::<MlaF32>(sm90),
         "dense16" => render_valid::<Dense16>(sm90),
         _ => return None,
     })

@@ -1,6 +1,7 @@
 //! `--backend` and its options, shared by the subcommands that run a model.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -9,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_engine::Model;
 use kdtree_engine::cuda::{CudaBackend, CudaOptions, KvBudget, MAX_STREAMED_ROWS, Mode, MoeKernels, Plan, Source};
 use kdtree_engine::model::DEFAULT_PREFILL_CHUNK;
-use kdtree_engine::registry::{Backend, BackendKind, KvDtype, Selection, select};
+use kdtree_engine::registry::{Backend, BackendKind, ComputeDtype, KvDtype, Selection, select};
 use kdtree_engine::table::table;
 use kdtree_jit::Variant;
 use kdtree_jit::mla::MlaDecode;
@@ -74,8 +75,16 @@ pub struct BackendArgs {
     /// startup; a longer context is an error naming this bound. Ignored on the CPU.
     #[arg(long, value_name = "FRACTION|BYTES", default_value = "0.9", value_parser = kv_budget)]
     pub kv_memory: KvBudget,
-    /// How the KV cache stores MLA's latent entries [default: bf16; f32 for an f32 checkpoint on
-    /// the CPU, whose arithmetic then stays f32]. The GPU's kernels read bf16 only.
+    /// The dtype dense weights are computed in [default: the checkpoint's, its embedding table's
+    /// dtype]: an f32 checkpoint computes in f32 (on CUDA: f32 GEMMs with no TF32, f32 attention and
+    /// KV cache), a bf16 one in bf16. Another dtype converts each dense weight as it loads (bf16 and
+    /// f16 round to nearest even). INT4 weights, norms and the router are not converted. CUDA
+    /// computes in bf16 or f32 only. The choice is printed with the KV cache's line.
+    #[arg(long, value_enum)]
+    pub dtype: Option<ComputeDtype>,
+    /// How the KV cache stores MLA's latent entries [default: f32 when the compute dtype (--dtype) is
+    /// f32, else bf16]. On the CPU either; on CUDA the KV dtype follows the compute dtype, whose
+    /// attention kernels read it.
     #[arg(long, value_enum)]
     pub kv_dtype: Option<KvDtype>,
     /// Prompt tokens per forward of the prefill: a prompt of any length runs in causal chunks of
@@ -85,8 +94,15 @@ pub struct BackendArgs {
 }
 
 impl BackendArgs {
+    /// Loads the model in `dir` on `backend` in --dtype (default: the checkpoint's dtype).
+    pub fn load<B: Backend>(&self, dir: &Path, backend: Arc<B>) -> anyhow::Result<Model<B>> {
+        let model = Model::load_as(dir, backend, self.dtype).with_context(|| format!("loading {}", dir.display()));
+        if self.dtype.is_some() { model.context("--dtype") } else { model }
+    }
+
     /// Applies the model options (--kv-dtype, --prefill-chunk) to a loaded model, and describes its
-    /// KV cache in one line for people (after a line of the tensors the load skipped, if any).
+    /// compute dtype and KV cache in one line for people (after a line of the tensors the load
+    /// skipped, if any).
     pub fn configure<B: Backend>(&self, model: &mut Model<B>) -> anyhow::Result<String> {
         if let Some(kv) = self.kv_dtype {
             model.set_kv_dtype(kv).context("--kv-dtype")?;
@@ -96,7 +112,8 @@ impl BackendArgs {
         let skipped = model.skipped();
         let skipped = if skipped.tensors > 0 { format!("{skipped}\n") } else { String::new() };
         Ok(format!(
-            "{skipped}KV cache: MLA latent in {}, {} bytes a token a layer, {} bytes a token over {} layers; prefill in chunks of {} tokens",
+            "{skipped}compute dtype: {}; KV cache: MLA latent in {}, {} bytes a token a layer, {} bytes a token over {} layers; prefill in chunks of {} tokens",
+            model.dtypes(),
             h.kv.name(),
             h.kv_bytes_per_token(1),
             h.kv_bytes_per_token(model.config.num_hidden_layers),

@@ -1,12 +1,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
-use kdtree_engine::Model;
 use kdtree_engine::bench::{ContextRow, ForwardRow, ReadBytes, context_table, peak_rss, sweep, table};
 use kdtree_engine::generate::rate;
-use kdtree_engine::registry::{Backend, KvStore};
+use kdtree_engine::registry::{Backend, KvDtype, KvStore};
 use kdtree_engine::spec::{CostModel, sweep as spec_sweep};
 use kdtree_jit::tune::bench::Timing;
 use kdtree_jit::tune::clock::{Clock, CudaClock};
@@ -96,8 +95,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let cuda = Arc::new(cuda);
     let rss_before = peak_rss();
     let started = std::time::Instant::now();
-    let mut model =
-        Model::load_on(&args.model, cuda.clone()).with_context(|| format!("loading {}", args.model.display()))?;
+    let mut model = args.backend.load(&args.model, cuda.clone())?;
     let kv_line = args.backend.configure(&mut model)?;
     cuda.synchronize()?;
     let load_s = started.elapsed().as_secs_f64();
@@ -113,7 +111,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let kv_room = model.new_cache().max_tokens()?;
     let kv_per_token = model.heads().kv_bytes_per_token(c.num_hidden_layers);
-    let mla_variant = cuda.mla_variant().map(|v| kdtree_jit::Variant::name(&v)).unwrap_or_default();
+    let mla_variant = match model.heads().kv {
+        KvDtype::F32 => cuda.mla_f32_variant().map(|v| kdtree_jit::Variant::name(&v)),
+        KvDtype::Bf16 => cuda.mla_variant().map(|v| kdtree_jit::Variant::name(&v)),
+    }
+    .unwrap_or_default();
     let kv_line = format!("{kv_line}; attention {mla_variant}");
     eprintln!("{kv_line}; room for {kv_room} tokens within --kv-memory");
     if positions_needed > kv_room {
@@ -237,7 +239,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let out = serde_json::json!({
             "model": args.model, "backend": cuda.describe(),
             "mode": format!("{:?}", cuda.mode()), "copy_gbps": copy_gbps, "weights": weights,
-            "kv_dtype": model.heads().kv, "kv_bytes_per_token": kv_per_token, "kv_room_tokens": kv_room, "mla_variant": mla_variant,
+            "dtype": model.dtypes(), "kv_dtype": model.heads().kv, "kv_bytes_per_token": kv_per_token, "kv_room_tokens": kv_room, "mla_variant": mla_variant,
             "contexts": contexts, "forwards": rows,
             "load_s": load_s, "peak_rss_before_load": rss_before, "peak_rss_after": rss_after,
             "w4a16_variants": variants_json, "cost_model": cost_path, "spec": spec_rows,

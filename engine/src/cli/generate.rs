@@ -126,8 +126,7 @@ fn run_on<B: Backend>(
     variants: impl Fn(&Model<B>) -> (String, serde_json::Value),
 ) -> anyhow::Result<()> {
     let rss_before_load = peak_rss();
-    let mut model =
-        Model::load_on(&args.model, backend).with_context(|| format!("loading {}", args.model.display()))?;
+    let mut model = args.backend.load(&args.model, backend)?;
     let kv = args.backend.configure(&mut model)?;
     eprintln!("{kv}");
     let (variants, variants_json) = variants(&model);
@@ -164,7 +163,8 @@ fn run_on<B: Backend>(
     if args.json {
         let out = serde_json::json!({
             "model": args.model, "prompt": prompt.ids, "tokens": g.tokens, "text": text,
-            "backend": model.backend().describe(), "w4a16_variants": variants_json,
+            "backend": model.backend().describe(), "dtype": model.dtypes(), "kv_dtype": model.heads().kv,
+            "w4a16_variants": variants_json,
             "prefill_s": prefill_s, "decode_s": decode_s,
             "prefill_tokens_per_s": prefill_tps, "decode_tokens_per_s": decode_tps,
             "peak_rss_before_load_bytes": rss_before_load, "peak_rss_bytes": peak_rss(),

@@ -19,6 +19,10 @@ pub struct MakeTinyArgs {
     /// Store the routed experts INT4 (group 32) with Kimi K2's quantization_config; the rest stays bf16.
     #[arg(long)]
     int4: bool,
+    /// Store the dense weights and norms in f32 (torch_dtype float32), as transformers saves a model
+    /// made in f32: the engine then computes in f32 by default.
+    #[arg(long)]
+    f32: bool,
     /// One `q_proj` per layer instead of the low-rank `q_a_proj`/`q_b_proj` pair (`q_lora_rank: null`).
     #[arg(long)]
     q_proj: bool,
@@ -41,12 +45,14 @@ pub fn run(args: MakeTinyArgs) -> anyhow::Result<()> {
     let spec = TinySpec {
         seed: args.seed,
         int4_experts: args.int4,
+        f32_weights: args.f32,
         q_lora_rank: if args.q_proj { None } else { defaults.q_lora_rank },
         rope_interleave: !args.rope_half_split,
         layout: args.layout,
         ..defaults
     };
     write_tiny_model(&args.out, &spec).with_context(|| format!("writing {}", args.out.display()))?;
-    let kind = if args.int4 { "INT4 routed experts, bf16 elsewhere" } else { "bf16" };
+    let dense = if args.f32 { "f32" } else { "bf16" };
+    let kind = if args.int4 { format!("INT4 routed experts, {dense} elsewhere") } else { dense.to_owned() };
     emit(&format!("wrote a tiny {kind} model (seed {}) to {}\n", args.seed, args.out.display()))
 }

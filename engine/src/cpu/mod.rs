@@ -168,6 +168,14 @@ fn linear(x: &[f32], m: usize, w: &HostLinear) -> Result<Vec<f32>> {
 }
 
 /// `silu(a) * b` over rows `[a | b]`.
+/// [`Backend::silu_mul`] on the CPU (f32, whatever reads it next): also the sharded backend's.
+pub(crate) fn silu_mul_rows(x: &CpuTensor) -> Result<CpuTensor> {
+    if !x.cols.is_multiple_of(2) {
+        return Err(shape_error("silu_mul", format!("rows of {} do not split in halves", x.cols)));
+    }
+    Ok(CpuTensor { data: silu_mul_halves(&x.data, x.cols), cols: x.cols / 2 })
+}
+
 fn silu_mul_halves(x: &[f32], cols: usize) -> Vec<f32> {
     let half = cols / 2;
     let (mut gate, mut up) = (Vec::with_capacity(x.len() / 2), Vec::with_capacity(x.len() / 2));
@@ -256,11 +264,8 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn silu_mul(&self, x: &CpuTensor) -> Result<CpuTensor> {
-        if !x.cols.is_multiple_of(2) {
-            return Err(shape_error("silu_mul", format!("rows of {} do not split in halves", x.cols)));
-        }
-        Ok(CpuTensor { data: silu_mul_halves(&x.data, x.cols), cols: x.cols / 2 })
+    fn silu_mul(&self, x: &CpuTensor, _down: &HostLinear) -> Result<CpuTensor> {
+        silu_mul_rows(x)
     }
 
     fn columns(&self, x: &CpuTensor, start: usize, len: usize) -> Result<CpuTensor> {

@@ -1,4 +1,4 @@
-//! The KV cache on the GPU: MLA's latent entries (`[c_kv | k_pe]`, bf16) in pages of
+//! The KV cache on the GPU: MLA's latent entries (`[c_kv | k_pe]`, bf16, or f32 for an f32 model) in pages of
 //! [`PAGE_TOKENS`] tokens, found through a page table on the device. A page holds its tokens' entries
 //! of every layer: entry `t` of layer `l` is at `table[t / PAGE_TOKENS] + (l * PAGE_TOKENS + t %
 //! PAGE_TOKENS) * width` values.
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaGraph, CudaSlice, CudaStream, DevicePtr};
 use kdtree_jit::kernel::Kernels;
 
-use super::mla::{MlaKernels, PAGE_TOKENS};
+use super::mla::{LatentKernels, PAGE_TOKENS};
 use super::tensor::CudaBatch;
 use crate::error::{EngineError, Result};
 use crate::registry::{Heads, KvStore, check_compact};
@@ -53,8 +53,9 @@ pub struct CudaKv {
     limit: Option<usize>,
     len: usize,
     kernels: Arc<Kernels>,
-    /// `None` for a cache made before any model was loaded: it can hold nothing.
-    mla: Option<Arc<MlaKernels>>,
+    /// The kernels of the cache's dtype; `None` for a cache made before a model of that KV dtype was
+    /// loaded: it can hold nothing.
+    mla: Option<LatentKernels>,
     /// Forwards recorded from this cache, which read its table.
     pub(super) graphs: Graphs,
 }
@@ -62,7 +63,7 @@ pub struct CudaKv {
 impl CudaKv {
     pub(super) fn new(
         kernels: Arc<Kernels>,
-        mla: Option<Arc<MlaKernels>>,
+        mla: Option<LatentKernels>,
         layers: usize,
         heads: Heads,
         max_tokens: usize,
@@ -204,7 +205,7 @@ impl KvStore for CudaKv {
         let at = stream.clone_htod(&[start as u32])?;
         let table = self.table.as_ref().expect("a cache holding entries has a table");
         let Some(mla) = self.mla.as_ref() else {
-            return Err(EngineError::InvalidArgument("compact: a cache made before any model was loaded".into()));
+            return Err(EngineError::InvalidArgument("compact: a cache made before its model was loaded".into()));
         };
         for layer in 0..self.layers {
             // Gathered first, then written back: kept entries move down onto entries still to be read.

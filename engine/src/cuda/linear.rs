@@ -1,13 +1,14 @@
-//! Linear weights on the GPU: dense ones in bf16/f16 for cuBLAS, INT4 ones repacked for the W4A16
-//! kernel variants their shape's plan names (tuning DB or default), uploaded once at load in each
-//! layout those variants read.
+//! Linear weights on the GPU: dense ones in bf16/f16 for cuBLAS (or a streamed kernel), dense f32
+//! ones for cuBLAS's f32 GEMM with no TF32 (an f32 model's activations then stay f32), INT4 ones
+//! repacked for the W4A16 kernel variants their shape's plan names (tuning DB or default), uploaded
+//! once at load in each layout those variants read.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice};
 use half::bf16;
-use kdtree_jit::cublas::{self, GemmType};
+use kdtree_jit::cublas::{self, Compute, GemmType};
 use kdtree_jit::dense16::Dense16Kernel;
 use kdtree_jit::w4a16::GemmBuffers;
 use kdtree_jit::w4a16::dense::{DenseKernel, DenseVariant, Layout};
@@ -55,9 +56,11 @@ impl ShapeKernels {
 
 /// A linear layer's weight on the GPU.
 pub enum CudaLinear {
-    /// bf16 or f16 bits `[n, k]` (an f32 checkpoint weight is rounded to bf16 when uploaded), and
-    /// the streamed kernel that runs it at up to [`MAX_STREAMED_ROWS`] rows, if one was chosen.
+    /// bf16 or f16 bits `[n, k]`, and the streamed kernel that runs it at up to
+    /// [`MAX_STREAMED_ROWS`] rows, if one was chosen. Its input rows are rounded to `dtype`.
     Dense { n: usize, k: usize, dtype: Dtype, w: CudaSlice<u16>, streamed: Option<Arc<Dense16Kernel>> },
+    /// f32 `[n, k]` (the loader's compute dtype f32): its input rows are read as they are, in f32.
+    Dense32 { n: usize, k: usize, w: CudaSlice<f32> },
     /// INT4 in each layout of its shape's kernels: (layout, packed, scales).
     Int4 { n: usize, k: usize, layouts: Vec<(Layout, CudaSlice<u32>, CudaSlice<u16>)>, kernels: Arc<ShapeKernels> },
 }
@@ -65,33 +68,38 @@ pub enum CudaLinear {
 impl CudaLinear {
     pub fn n(&self) -> usize {
         match self {
-            CudaLinear::Dense { n, .. } | CudaLinear::Int4 { n, .. } => *n,
+            CudaLinear::Dense { n, .. } | CudaLinear::Dense32 { n, .. } | CudaLinear::Int4 { n, .. } => *n,
         }
     }
 
     pub fn k(&self) -> usize {
         match self {
-            CudaLinear::Dense { k, .. } | CudaLinear::Int4 { k, .. } => *k,
+            CudaLinear::Dense { k, .. } | CudaLinear::Dense32 { k, .. } | CudaLinear::Int4 { k, .. } => *k,
         }
     }
 
-    /// The INT4 weight's activation dtype (its scales'), or the dense weight's dtype.
-    pub fn dtype(&self) -> Dtype {
+    /// The 16-bit type the weight's input rows are rounded to: the INT4 weight's activation dtype
+    /// (its scales'), or the dense weight's dtype; `None` for an f32 weight, which reads f32 rows.
+    pub fn half_dtype(&self) -> Option<Dtype> {
         match self {
-            CudaLinear::Dense { dtype, .. } => *dtype,
-            CudaLinear::Int4 { kernels, .. } => kernels.shape.dtype,
+            CudaLinear::Dense { dtype, .. } => Some(*dtype),
+            CudaLinear::Dense32 { .. } => None,
+            CudaLinear::Int4 { kernels, .. } => Some(kernels.shape.dtype),
         }
     }
 
+    /// [`Self::half_dtype`], bf16 for an f32 weight: for the paths that take 16-bit rows only.
+    pub fn dtype(&self) -> Dtype {
+        self.half_dtype().unwrap_or(Dtype::Bf16)
+    }
+
+    /// Uploads a dense weight in its dtype: the loader converted it to the model's compute dtype.
     pub(super) fn dense(b: &CudaBackend, w: &DenseWeight) -> Result<CudaLinear> {
         let s = b.stream();
         let (dtype, w16) = match &w.values {
             DenseValues::Bf16(v) => (Dtype::Bf16, s.clone_htod(bytemuck::cast_slice::<bf16, u16>(v))?),
             DenseValues::F16(v) => (Dtype::F16, s.clone_htod(bytemuck::cast_slice::<half::f16, u16>(v))?),
-            DenseValues::F32(v) => {
-                let bits: Vec<u16> = v.iter().map(|&x| bf16::from_f32(x).to_bits()).collect();
-                (Dtype::Bf16, s.clone_htod(&bits)?)
-            }
+            DenseValues::F32(v) => return Ok(CudaLinear::Dense32 { n: w.n, k: w.k, w: s.clone_htod(v)? }),
         };
         let streamed = b.streamed_kernel(DenseShape { n: w.n, k: w.k, dtype })?;
         Ok(CudaLinear::Dense { n: w.n, k: w.k, dtype, w: w16, streamed })
@@ -125,6 +133,10 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, w: &CudaLinear) -> Result
     if x.cols != k {
         return Err(EngineError::InvalidArgument(format!("linear: rows of {} against a weight's K of {k}", x.cols)));
     }
+    if let CudaLinear::Dense32 { w, .. } = w {
+        let data = dense(b, (GemmInput::F32, Compute::F32Pedantic), &x.data, w, (m, n, k))?;
+        return Ok(CudaTensor { data, rows: m, cols: n });
+    }
     let streamed = match w {
         CudaLinear::Dense { streamed: Some(kernel), .. } if m <= MAX_STREAMED_ROWS => Some(kernel),
         _ => None,
@@ -139,11 +151,12 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, w: &CudaLinear) -> Result
         CudaLinear::Dense { w, .. } => {
             let data = match streamed {
                 Some(kernel) => streamed::forward(b, kernel, &xh, w, (m, n, k))?,
-                None => dense(b, input, &xh, w, (m, n, k))?,
+                None => dense(b, (input, Compute::F32), &xh, w, (m, n, k))?,
             };
             Ok(CudaTensor { data, rows: m, cols: n })
         }
-        CudaLinear::Int4 { .. } => {
+        // (An f32 weight returned above: int4_half refuses it.)
+        CudaLinear::Int4 { .. } | CudaLinear::Dense32 { .. } => {
             let y = int4_half(b, &xh, m, w)?;
             let mut out = b.output::<f32>(m * n)?;
             ops::from_half(b.kernels(), &y, w.dtype(), &mut out)?;
@@ -189,10 +202,11 @@ pub(super) fn int4_half(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaL
 }
 
 /// A dense product through cuBLAS; in exact mode in padded chunks of [`EXACT_ROWS`] (see
-/// [`gemm`]'s module doc), so that a row's bits never depend on `m`.
+/// [`gemm`]'s module doc), so that a row's bits never depend on `m`. f32 inputs never round to TF32;
+/// [`Compute::F32Pedantic`] (f32 weights) also rules out any other reduced-precision shortcut.
 pub(super) fn dense<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
     b: &CudaBackend,
-    input: GemmInput,
+    (input, compute): (GemmInput, Compute),
     x: &CudaSlice<T>,
     w: &CudaSlice<T>,
     (m, n, k): (usize, usize, usize),
@@ -200,7 +214,8 @@ pub(super) fn dense<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroB
     let s = b.stream();
     if matches!(b.mode(), Mode::Fast) {
         let mut y = b.output::<f32>(m * n)?;
-        cublas::gemm(b.blas(), s, (input, GemmType::F32), (m, n, k), &x.as_view(), &w.as_view(), &mut y.as_view_mut())?;
+        let (x, w) = (&x.as_view(), &w.as_view());
+        cublas::gemm_with(b.blas(), s, compute, (input, GemmType::F32), (m, n, k), x, w, &mut y.as_view_mut())?;
         return Ok(y);
     }
     let rows = gemm::padded_rows(m);
@@ -219,7 +234,16 @@ pub(super) fn dense<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroB
         let (xs, ys) = (chunk * EXACT_ROWS * k, chunk * EXACT_ROWS * n);
         let xc = xp.slice(xs..xs + EXACT_ROWS * k);
         let mut yc = yp.slice_mut(ys..ys + EXACT_ROWS * n);
-        cublas::gemm(b.blas(), s, (input, GemmType::F32), (EXACT_ROWS, n, k), &xc, &w.as_view(), &mut yc)?;
+        cublas::gemm_with(
+            b.blas(),
+            s,
+            compute,
+            (input, GemmType::F32),
+            (EXACT_ROWS, n, k),
+            &xc,
+            &w.as_view(),
+            &mut yc,
+        )?;
     }
     if rows == m {
         return Ok(yp);

@@ -1,6 +1,10 @@
 //! Absorbed MLA on the GPU: kdtree-jit's MLA family (the decode kernel and its fixed companions)
 //! called in the engine's types. A forward's attention is three launches a layer and a split
 //! combine: absorb (`q_nope · W_UK`, bf16), attention over the paged latent cache, unabsorb (`W_UV`).
+//! An f32 model's cache and attention are f32 ([`super::mla_f32`]); [`LatentKernels`] picks by the
+//! cache's dtype.
+
+use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use kdtree_jit::kernel::Kernels;
@@ -9,11 +13,12 @@ use kdtree_jit::mla::{
 };
 use kdtree_jit::{Cache, Gpu, Target};
 
+use super::mla_f32::MlaF32Kernels;
 use super::tensor::MaskMode;
 use super::{CudaBackend, CudaBatch};
 use crate::cpu::CpuAbsorb;
 use crate::error::{EngineError, Result};
-use crate::registry::{Heads, HostLinear};
+use crate::registry::{Heads, HostLinear, KvDtype};
 
 /// Tokens a page holds: a multiple of every MLA variant's key tile.
 pub const PAGE_TOKENS: usize = 64;
@@ -85,26 +90,6 @@ impl MlaKernels {
         Ok(self.aux.append(&self.gpu, &h.mla, n, &latent, &k_rope, &cache, &at.as_view())?)
     }
 
-    /// Writes `n` f32 entries `[n, width]` (from [`Self::gather`]) to layer `layer` at entries
-    /// `at[0]..`: their columns split into latent and rope, then appended.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn append_entries(
-        &self,
-        k: &Kernels,
-        table: &CudaSlice<u64>,
-        h: Heads,
-        layer: usize,
-        entries: &CudaSlice<f32>,
-        n: usize,
-        at: &CudaSlice<u32>,
-    ) -> Result<()> {
-        let s = &self.gpu.stream;
-        let (mut latent, mut k_rope) = (s.alloc_zeros::<f32>(n * h.mla.latent)?, s.alloc_zeros::<f32>(n * h.mla.rope)?);
-        kdtree_kernels::copy_cols(k, entries, h.width(), 0, h.mla.latent, &mut latent)?;
-        kdtree_kernels::copy_cols(k, entries, h.width(), h.mla.latent, h.mla.rope, &mut k_rope)?;
-        self.append(table, h, layer, &latent, &k_rope, n, at)
-    }
-
     /// Absorbed attention of the batch's queries `q` (`[n, heads, nope + rope]` f32, rope applied)
     /// over layer `layer`, whose entries for the batch are written: `out` is `[n, heads, v]` f32.
     #[allow(clippy::too_many_arguments)]
@@ -116,12 +101,12 @@ impl MlaKernels {
         h: Heads,
         layer: usize,
         batch: &CudaBatch,
-        kv_b: &CudaAbsorb,
+        kv_b: &CudaSlice<u16>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let (s, n, gpu) = (h.mla, batch.n, &self.gpu);
         let mut q_lat = b.output::<u16>(n * s.heads * s.width())?;
-        self.aux.absorb(gpu, &s, n, &q.as_view(), &kv_b.w.as_view(), &mut q_lat.as_view_mut())?;
+        self.aux.absorb(gpu, &s, n, &q.as_view(), &kv_b.as_view(), &mut q_lat.as_view_mut())?;
         let row = self.variant().workspace_len(1, s.heads, s.latent);
         let rows = (WORKSPACE_BYTES / 4 / row).clamp(1, n.max(1));
         let mut workspace = b.output::<f32>(rows * row)?;
@@ -140,24 +125,127 @@ impl MlaKernels {
             o_lat: o_lat.as_view_mut(),
         };
         self.decode.launch(gpu, &s, n, buffers)?;
-        self.aux.unabsorb(gpu, &s, n, &o_lat.as_view(), &kv_b.w.as_view(), &mut out.as_view_mut())?;
+        self.aux.unabsorb(gpu, &s, n, &o_lat.as_view(), &kv_b.as_view(), &mut out.as_view_mut())?;
         Ok(())
     }
 }
 
-/// A layer's `kv_b_proj` on the GPU in bf16, `[heads * (nope + v), latent]`.
-pub struct CudaAbsorb {
-    w: CudaSlice<u16>,
+/// A layer's `kv_b_proj` on the GPU, `[heads * (nope + v), latent]`, in the dtype of the KV cache the
+/// model was loaded with: the kernels of that dtype read it.
+pub enum CudaAbsorb {
+    Bf16(CudaSlice<u16>),
+    F32(CudaSlice<f32>),
 }
 
 impl CudaAbsorb {
-    /// Uploads `kv_b` as bf16 (widened exactly from a bf16 checkpoint), after checking that the MLA
-    /// kernels take these head sizes.
+    /// Uploads `kv_b` in `h.kv`'s dtype (bf16: rounded, exact from a bf16 checkpoint), after checking
+    /// that the MLA kernels take these head sizes.
     pub(super) fn upload(b: &CudaBackend, name: &str, kv_b: &HostLinear, h: Heads) -> Result<CudaAbsorb> {
         check_shape(h)?;
         let f32s = CpuAbsorb::new(name, kv_b, h)?.0;
-        let bits: Vec<u16> = f32s.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect();
-        Ok(CudaAbsorb { w: b.stream().clone_htod(&bits)? })
+        Ok(match h.kv {
+            KvDtype::F32 => CudaAbsorb::F32(b.stream().clone_htod(&f32s)?),
+            KvDtype::Bf16 => {
+                let bits: Vec<u16> = f32s.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect();
+                CudaAbsorb::Bf16(b.stream().clone_htod(&bits)?)
+            }
+        })
+    }
+
+    /// The KV dtype whose kernels read this weight.
+    pub fn kv(&self) -> KvDtype {
+        match self {
+            CudaAbsorb::Bf16(_) => KvDtype::Bf16,
+            CudaAbsorb::F32(_) => KvDtype::F32,
+        }
+    }
+}
+
+/// The kernels that write, read and attend over a cache of one KV dtype.
+#[derive(Clone, Debug)]
+pub enum LatentKernels {
+    Bf16(Arc<MlaKernels>),
+    F32(Arc<MlaF32Kernels>),
+}
+
+impl LatentKernels {
+    /// Entries `idx` of layer `layer`, as f32 (exact): `[idx.len(), width]`.
+    pub(super) fn gather(
+        &self,
+        table: &CudaSlice<u64>,
+        h: Heads,
+        layer: usize,
+        idx: &CudaSlice<u32>,
+    ) -> Result<CudaSlice<f32>> {
+        match self {
+            LatentKernels::Bf16(k) => k.gather(table, h, layer, idx),
+            LatentKernels::F32(k) => k.gather(table, h, layer, idx),
+        }
+    }
+
+    /// Writes `n` entries `[latent | k_rope]` (f32, stored in the cache's dtype) to layer `layer` at
+    /// entries `at[0]..`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn append(
+        &self,
+        table: &CudaSlice<u64>,
+        h: Heads,
+        layer: usize,
+        latent: &CudaSlice<f32>,
+        k_rope: &CudaSlice<f32>,
+        n: usize,
+        at: &CudaSlice<u32>,
+    ) -> Result<()> {
+        match self {
+            LatentKernels::Bf16(k) => k.append(table, h, layer, latent, k_rope, n, at),
+            LatentKernels::F32(k) => k.append(table, h, layer, latent, k_rope, n, at),
+        }
+    }
+
+    /// Writes `n` f32 entries `[n, width]` (from [`Self::gather`]) to layer `layer` at entries
+    /// `at[0]..`: their columns split into latent and rope, then appended.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn append_entries(
+        &self,
+        k: &Kernels,
+        table: &CudaSlice<u64>,
+        h: Heads,
+        layer: usize,
+        entries: &CudaSlice<f32>,
+        n: usize,
+        at: &CudaSlice<u32>,
+    ) -> Result<()> {
+        let s = k.stream();
+        let (mut latent, mut k_rope) = (s.alloc_zeros::<f32>(n * h.mla.latent)?, s.alloc_zeros::<f32>(n * h.mla.rope)?);
+        kdtree_kernels::copy_cols(k, entries, h.width(), 0, h.mla.latent, &mut latent)?;
+        kdtree_kernels::copy_cols(k, entries, h.width(), h.mla.latent, h.mla.rope, &mut k_rope)?;
+        self.append(table, h, layer, &latent, &k_rope, n, at)
+    }
+
+    /// Absorbed attention of the batch's queries `q` over layer `layer` with `kv_b`, which must be of
+    /// this cache's dtype: `out` is `[n, heads, v]` f32.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attention(
+        &self,
+        b: &CudaBackend,
+        q: &CudaSlice<f32>,
+        table: &CudaSlice<u64>,
+        h: Heads,
+        layer: usize,
+        batch: &CudaBatch,
+        kv_b: &CudaAbsorb,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        match (self, kv_b) {
+            (LatentKernels::Bf16(k), CudaAbsorb::Bf16(w)) => k.attention(b, q, table, h, layer, batch, w, out),
+            (LatentKernels::F32(k), CudaAbsorb::F32(w)) => k.attention(b, q, table, h, layer, batch, w, out),
+            _ => Err(EngineError::InvalidArgument(format!(
+                "attention: a {} KV cache with a kv_b_proj loaded for a {} cache (the KV dtype follows the \
+                 compute dtype on CUDA: load the model with --dtype f32 for an f32 cache)",
+                h.kv.name(),
+                kv_b.kv().name()
+            ))),
+        }
     }
 }
 

@@ -6,11 +6,11 @@
 //!
 //! | op | how |
 //! |---|---|
-//! | dense linears, the router, the LM head | cuBLAS (bf16/f16 in, f32 out; f32 for the router), [`gemm`]; at up to 128 rows the streamed 16-bit variant where the tuning DB has one faster than cuBLAS ([`streamed`]) |
+//! | dense linears, the router, the LM head | cuBLAS (bf16/f16 in, f32 out; f32 for the router; f32 weights of an f32 model in f32 with no TF32), [`gemm`]; at up to 128 rows the streamed 16-bit variant where the tuning DB has one faster than cuBLAS ([`streamed`]) |
 //! | W4A16 linears | the tuned kdtree-jit variant of the weight's shape ([`select`]) |
 //! | W4A16 shapes the tuning DB lacks | tuned before the load, within a budget ([`CudaBackend::tune_at_startup`]) |
 //! | embedding, RMSNorm, rope, casts, residual adds | `#[kernel]`s of kdtree-kernels |
-//! | MLA attention over the paged latent cache, tree-masked | kdtree-jit's MLA family: absorb, split attention on the tensor cores, combine, unabsorb ([`mla`]) |
+//! | MLA attention over the paged latent cache, tree-masked | kdtree-jit's MLA family: absorb, split attention on the tensor cores, combine, unabsorb ([`mla`]); an f32 model's in f32 on the CUDA cores ([`mla_f32`]) |
 //! | routing and routed experts | `noaux_tc` routing, then kdtree-jit's grouped W4A16: every expert of a layer in one launch per projection ([`moe`]) |
 //!
 //! Exact mode (the default) keeps every op batch-invariant: a row's bits never depend on how many
@@ -24,6 +24,7 @@ mod graph;
 mod kv;
 mod linear;
 mod mla;
+mod mla_f32;
 mod moe;
 mod ops;
 mod select;
@@ -47,7 +48,8 @@ use kdtree_jit::{Cache, Gpu, Target, compile_all_for};
 
 pub use kv::{CudaKv, KvBudget};
 pub use linear::{CudaLinear, ShapeKernels};
-pub use mla::{CudaAbsorb, MlaKernels, PAGE_TOKENS};
+pub use mla::{CudaAbsorb, LatentKernels, MlaKernels, PAGE_TOKENS};
+pub use mla_f32::MlaF32Kernels;
 pub use moe::CudaExperts;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
 pub use startup_tune::{Missing, TuneSummary, missing};
@@ -57,7 +59,9 @@ pub use tensor::{CudaBatch, CudaTensor, MAX_GRAPH_TOKENS};
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan, eager_forward_argmax};
+use crate::registry::{
+    Backend, ComputeDtype, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan, eager_forward_argmax,
+};
 
 /// What the CUDA backend is opened with.
 #[derive(Clone, Debug, PartialEq)]
@@ -100,6 +104,8 @@ pub struct CudaBackend {
     kernels: Arc<Kernels>,
     /// Loaded with the first model's attention weights, whose head sizes pick the tuned variant.
     mla: OnceLock<Arc<MlaKernels>>,
+    /// The f32 family, loaded with the first f32 model's attention weights.
+    mla_f32: OnceLock<Arc<MlaF32Kernels>>,
     mla_variant: Option<MlaDecode>,
     blas: CudaBlas,
     env: Environment,
@@ -161,6 +167,7 @@ impl CudaBackend {
             gpu,
             kernels,
             mla: OnceLock::new(),
+            mla_f32: OnceLock::new(),
             mla_variant: options.mla,
             blas,
             env,
@@ -301,9 +308,15 @@ impl CudaBackend {
         Ok(unsafe { self.stream().alloc::<T>(len.max(1)) }?)
     }
 
-    /// Loads the MLA kernels once: the --mla-variant given, else the tuning DB's variant for these
-    /// head sizes, else [`MlaDecode::default_for`] the GPU.
+    /// Loads the MLA kernels of `h.kv` once: for bf16, the --mla-variant given, else the tuning DB's
+    /// variant for these head sizes, else [`MlaDecode::default_for`] the GPU; for f32, the f32 family.
     fn load_mla(&self, h: Heads) -> Result<()> {
+        if h.kv == KvDtype::F32 {
+            if self.mla_f32.get().is_none() {
+                let _ = self.mla_f32.set(Arc::new(MlaF32Kernels::load(&self.gpu, self.cache.as_ref())?));
+            }
+            return Ok(());
+        }
         if self.mla.get().is_some() {
             return Ok(());
         }
@@ -315,11 +328,19 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The MLA kernels, loaded with the model's attention weights.
-    fn mla(&self) -> Result<&Arc<MlaKernels>> {
-        self.mla
-            .get()
-            .ok_or_else(|| EngineError::InvalidArgument("attention before any attention weight was loaded".into()))
+    /// The kernels of a cache of `kv`, once a model with such a cache is loaded.
+    fn latent_kernels(&self, kv: KvDtype) -> Option<LatentKernels> {
+        match kv {
+            KvDtype::Bf16 => self.mla.get().cloned().map(LatentKernels::Bf16),
+            KvDtype::F32 => self.mla_f32.get().cloned().map(LatentKernels::F32),
+        }
+    }
+
+    /// The MLA kernels of a cache of `kv`, loaded with the model's attention weights.
+    fn mla(&self, kv: KvDtype) -> Result<LatentKernels> {
+        self.latent_kernels(kv).ok_or_else(|| {
+            EngineError::InvalidArgument(format!("attention over a {} cache before such a model was loaded", kv.name()))
+        })
     }
 
     /// The MLA decode variant the backend runs, once a model is loaded.
@@ -327,9 +348,25 @@ impl CudaBackend {
         self.mla.get().map(|k| *k.variant())
     }
 
+    /// The f32 MLA variant the backend runs, once an f32 model is loaded.
+    pub fn mla_f32_variant(&self) -> Option<kdtree_jit::mla_f32::MlaF32> {
+        self.mla_f32.get().map(|k| *k.variant())
+    }
+
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
         Ok(CudaTensor { data: self.output::<f32>(rows * cols)?, rows, cols })
     }
+}
+
+/// `silu(a) * b` of rows `[a | b]` in f32 (the CPU's formula), for f32 weights: the halves copied
+/// out, then the element-wise product.
+fn silu_mul_f32(b: &CudaBackend, x: &CudaTensor) -> Result<CudaTensor> {
+    let half = x.cols / 2;
+    let (mut gate, mut up, mut out) = (b.tensor(x.rows, half)?, b.tensor(x.rows, half)?, b.tensor(x.rows, half)?);
+    kdtree_kernels::copy_cols(&b.kernels, &x.data, x.cols, 0, half, &mut gate.data)?;
+    kdtree_kernels::copy_cols(&b.kernels, &x.data, x.cols, half, half, &mut up.data)?;
+    kdtree_kernels::silu_mul(&b.kernels, &gate.data, &up.data, &mut out.data)?;
+    Ok(out)
 }
 
 /// Profile classes of the small kernels and of attention (with its cache writes).
@@ -376,17 +413,29 @@ impl Backend for CudaBackend {
         Ok(absorb)
     }
 
-    /// bf16 whatever the weights: the only entries the MLA kernels read.
-    fn kv_dtype(&self, _f32_weights: bool) -> KvDtype {
-        KvDtype::Bf16
+    /// f32 for f32 weights (the f32 family, [`MlaF32Kernels`]), else bf16 (the tensor-core family).
+    fn kv_dtype(&self, f32_weights: bool) -> KvDtype {
+        if f32_weights { KvDtype::F32 } else { KvDtype::Bf16 }
     }
 
+    /// The KV dtype of a model on CUDA follows its compute dtype: its `kv_b_proj` is uploaded for the
+    /// kernels of that cache. So only a dtype whose kernels a loaded model brought is taken.
     fn supports_kv(&self, kv: KvDtype) -> bool {
-        kv == KvDtype::Bf16
+        self.latent_kernels(kv).is_some()
+    }
+
+    fn supports_compute(&self, dtype: ComputeDtype) -> std::result::Result<(), String> {
+        match dtype {
+            ComputeDtype::Bf16 | ComputeDtype::F32 => Ok(()),
+            ComputeDtype::F16 => Err("its embedding, SiLU and MoE kernels take bf16 or f32 activations, not f16 \
+                                      (--dtype bf16 or --dtype f32)"
+                .into()),
+        }
     }
 
     fn new_cache(&self, layers: usize, heads: Heads, max_tokens: usize) -> CudaKv {
-        CudaKv::new(self.kernels.clone(), self.mla.get().cloned(), layers, heads, max_tokens, self.kv_budget)
+        let mla = self.latent_kernels(heads.kv);
+        CudaKv::new(self.kernels.clone(), mla, layers, heads, max_tokens, self.kv_budget)
     }
 
     fn batch(&self, tokens: &[u32], positions: &[usize], mask: &TreeMask, past: usize) -> Result<CudaBatch> {
@@ -394,12 +443,20 @@ impl Backend for CudaBackend {
     }
 
     fn embedding(&self, table: &CudaLinear, batch: &CudaBatch) -> Result<CudaTensor> {
-        let CudaLinear::Dense { k, dtype, w, .. } = table else {
-            return Err(shape_error("embedding", "the table is INT4; embeddings must be dense".into()));
-        };
         self.timed(rest, || {
-            let mut out = self.tensor(batch.n, *k)?;
-            ops::embedding(&self.kernels, w, *dtype, *k, &batch.tokens, &mut out.data)?;
+            let mut out = self.tensor(batch.n, table.k())?;
+            match table {
+                CudaLinear::Dense { k, dtype, w, .. } => {
+                    ops::embedding(&self.kernels, w, *dtype, *k, &batch.tokens, &mut out.data)?
+                }
+                // Token ids were checked on the host; the gather gives NaN rows for any other.
+                CudaLinear::Dense32 { k, w, .. } => {
+                    kdtree_kernels::gather_rows_f32(&self.kernels, w, *k, &batch.tokens, 0, batch.n, &mut out.data)?
+                }
+                CudaLinear::Int4 { .. } => {
+                    return Err(shape_error("embedding", "the table is INT4; embeddings must be dense".into()));
+                }
+            }
             Ok(out)
         })
     }
@@ -414,7 +471,11 @@ impl Backend for CudaBackend {
 
     fn linear(&self, x: &CudaTensor, w: &CudaLinear) -> Result<CudaTensor> {
         let class = || {
-            let kind = if matches!(w, CudaLinear::Int4 { .. }) { "W4A16" } else { "bf16 GEMM" };
+            let kind = match w {
+                CudaLinear::Int4 { .. } => "W4A16",
+                CudaLinear::Dense { .. } => "bf16 GEMM",
+                CudaLinear::Dense32 { .. } => "f32 GEMM",
+            };
             format!("{kind} {}x{}", w.n(), w.k())
         };
         self.timed(class, || linear::forward(self, x, w))
@@ -424,9 +485,13 @@ impl Backend for CudaBackend {
         self.timed(rest, || Ok(kdtree_kernels::add_assign(&self.kernels, &mut x.data, &y.data)?))
     }
 
-    fn silu_mul(&self, x: &CudaTensor) -> Result<CudaTensor> {
+    /// Rounded to bf16 (what a 16-bit or INT4 `down` reads anyway), or kept f32 for an f32 `down`.
+    fn silu_mul(&self, x: &CudaTensor, down: &CudaLinear) -> Result<CudaTensor> {
         if !x.cols.is_multiple_of(2) {
             return Err(shape_error("silu_mul", format!("rows of {} do not split in halves", x.cols)));
+        }
+        if down.half_dtype().is_none() {
+            return self.timed(rest, || silu_mul_f32(self, x));
         }
         self.timed(rest, || {
             let mut half = self.output::<u16>(x.len() / 2)?;
@@ -484,7 +549,7 @@ impl Backend for CudaBackend {
         // The kernel appends at the batch's `past`, which is the cache's length.
         cache.reserve(cache.len() + batch.n)?;
         let table = cache.table.as_ref().expect("reserved above");
-        let mla = self.mla()?;
+        let mla = self.mla(h.kv)?;
         self.timed(attention, || mla.append(table, h, layer, &latent.data, &k_rope.data, batch.n, &batch.past))
     }
 
@@ -509,7 +574,7 @@ impl Backend for CudaBackend {
             ));
         }
         let table = cache.table.as_ref().expect("a cache with room has a table");
-        let mla = self.mla()?;
+        let mla = self.mla(h.kv)?;
         self.timed(attention, || {
             let mut out = self.tensor(batch.n, h.mla.heads * h.mla.v)?;
             mla.attention(self, &q.data, table, h, layer, batch, kv_b, &mut out.data)?;

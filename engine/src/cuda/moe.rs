@@ -17,6 +17,7 @@
 //! grouped kernel; the loader says so on stderr, and [`CudaExperts::describe`] names the path.
 
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
+use kdtree_jit::cublas::Compute;
 use kdtree_jit::w4a16::grouped::{
     DeviceRows, Epilogue, GroupedBuffers, GroupedKernel, GroupedShape, W4a16Grouped, interleave_gate_up,
 };
@@ -231,7 +232,7 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, e: &CudaExperts) -> Resul
     if h != e.hidden {
         return Err(EngineError::InvalidArgument(format!("moe: rows of {h}, experts of {}", e.hidden)));
     }
-    let logits = linear::dense(b, GemmInput::F32, &x.data, &e.router, (m, r.n_experts, h))?;
+    let logits = linear::dense(b, (GemmInput::F32, Compute::F32), &x.data, &e.router, (m, r.n_experts, h))?;
     let mut ids = b.output::<u32>(m * r.top_k)?;
     let mut weights = b.output::<f32>(m * r.top_k)?;
     ops::route(b.kernels(), &logits, &e.bias, r, &mut ids, &mut weights)?;
@@ -351,9 +352,12 @@ fn half_linear(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaLinear) ->
     let (n, k) = (w.n(), w.k());
     match w {
         CudaLinear::Int4 { .. } => linear::int4_half(b, x, m, w),
+        CudaLinear::Dense32 { .. } => {
+            Err(EngineError::InvalidArgument("half_linear: an f32 weight (per_expert_forward_f32 runs those)".into()))
+        }
         CudaLinear::Dense { w: wd, dtype, .. } => {
             let input = if *dtype == Dtype::F16 { GemmInput::F16 } else { GemmInput::Bf16 };
-            let y = linear::dense(b, input, x, wd, (m, n, k))?;
+            let y = linear::dense(b, (input, Compute::F32), x, wd, (m, n, k))?;
             let mut out = b.output::<u16>(m * n)?;
             ops::to_half(b.kernels(), &y, *dtype, &mut out)?;
             Ok(out)
@@ -371,6 +375,9 @@ fn per_expert_forward(
     ids: &CudaSlice<u32>,
     weights: &CudaSlice<f32>,
 ) -> Result<CudaSlice<f32>> {
+    if experts.first().is_some_and(|(w, _)| w.half_dtype().is_none()) {
+        return per_expert_forward_f32(b, x, experts, r, ids, weights);
+    }
     let (m, h) = (x.rows, x.cols);
     let s = b.stream();
     let plan = assign(&s.clone_dtoh(ids)?, r.top_k, r.n_experts)?;
@@ -392,6 +399,47 @@ fn per_expert_forward(
     }
     let mut out = b.output::<f32>(m * h)?;
     kdtree_kernels::moe_combine(b.kernels(), &slots, weights, r.top_k, &mut out)?;
+    Ok(out)
+}
+
+/// The per-expert path of f32 experts (an f32 model's), every value f32: the rows gathered in expert
+/// order, each expert's gate-up, SiLU product and down as the dense MLP runs them, then the results
+/// gathered back into (row, slot) order for the combine.
+fn per_expert_forward_f32(
+    b: &CudaBackend,
+    x: &CudaTensor,
+    experts: &[(CudaLinear, CudaLinear)],
+    r: &Routing,
+    ids: &CudaSlice<u32>,
+    weights: &CudaSlice<f32>,
+) -> Result<CudaSlice<f32>> {
+    let (m, h) = (x.rows, x.cols);
+    let (s, k) = (b.stream(), b.kernels());
+    let plan = assign(&s.clone_dtoh(ids)?, r.top_k, r.n_experts)?;
+    b.count_experts(plan.spans.len());
+    let assignments = plan.order.len();
+    // Slot `dest[i]` is sorted row `i`: the inverse permutation reads the slots back in order.
+    let mut inverse = vec![0u32; assignments];
+    for (i, &d) in plan.dest.iter().enumerate() {
+        inverse[d as usize] = i as u32;
+    }
+    let (order, inverse) = (s.clone_htod(&plan.order)?, s.clone_htod(&inverse)?);
+    let mut xs = b.output::<f32>(assignments * h)?;
+    kdtree_kernels::gather_rows_f32(k, &x.data, h, &order, 0, assignments, &mut xs)?;
+    let mut ys = b.output::<f32>(assignments * h)?;
+    for &(expert, start, count) in &plan.spans {
+        let (gate_up, down) = &experts[expert];
+        let rows = start * h..(start + count) * h;
+        let mut xe = b.tensor(count, h)?;
+        s.memcpy_dtod(&xs.slice(rows.clone()), &mut xe.data.slice_mut(0..count * h))?;
+        let act = super::silu_mul_f32(b, &linear::forward(b, &xe, gate_up)?)?;
+        let y = linear::forward(b, &act, down)?;
+        s.memcpy_dtod(&y.data.slice(0..count * h), &mut ys.slice_mut(rows))?;
+    }
+    let mut slots = b.output::<f32>(m * r.top_k * h)?;
+    kdtree_kernels::gather_rows_f32(k, &ys, h, &inverse, 0, assignments, &mut slots)?;
+    let mut out = b.output::<f32>(m * h)?;
+    kdtree_kernels::moe_combine(k, &slots, weights, r.top_k, &mut out)?;
     Ok(out)
 }
 

@@ -12,7 +12,7 @@ use safetensors::Dtype as StDtype;
 
 use super::layout::{Layout, Skipped};
 use crate::error::{EngineError, Result};
-use crate::registry::{DenseValues, DenseWeight, HostLinear};
+use crate::registry::{ComputeDtype, DenseValues, DenseWeight, HostLinear};
 
 /// Bytes of a tensor copied out of the map before its pages are dropped.
 const COPY_BLOCK: usize = 8 << 20;
@@ -29,6 +29,8 @@ pub(crate) struct Checkpoint {
     /// What the shards put before a text-model name.
     prefix: &'static str,
     skipped: Skipped,
+    /// What dense weights are converted to as they are read; `None` keeps each one's dtype.
+    compute: Option<ComputeDtype>,
 }
 
 /// Where the index says each tensor is, when there is an index.
@@ -114,7 +116,7 @@ impl Checkpoint {
                 }
             }
         }
-        Ok(Self { files, by_name, prefix: layout.text_prefix(), skipped })
+        Ok(Self { files, by_name, prefix: layout.text_prefix(), skipped, compute: None })
     }
 
     /// The tensors outside the text model, which loading skips.
@@ -188,9 +190,19 @@ impl Checkpoint {
         names.join(", ")
     }
 
-    /// Whether tensor `name` is stored in f32 (from its header; false when absent).
-    pub fn is_f32(&self, name: &str) -> bool {
-        self.file(name).ok().and_then(|f| f.tensor(&self.stored(name)).ok()).is_some_and(|t| t.dtype() == StDtype::F32)
+    /// The float dtype tensor `name` is stored in (from its header; `None` when absent or not a float).
+    pub fn float_dtype(&self, name: &str) -> Option<ComputeDtype> {
+        match self.file(name).ok()?.tensor(&self.stored(name)).ok()?.dtype() {
+            StDtype::F32 => Some(ComputeDtype::F32),
+            StDtype::BF16 => Some(ComputeDtype::Bf16),
+            StDtype::F16 => Some(ComputeDtype::F16),
+            _ => None,
+        }
+    }
+
+    /// Converts every dense weight read from now on ([`Self::dense`], [`Self::linear`]) to `dtype`.
+    pub fn set_compute(&mut self, dtype: ComputeDtype) {
+        self.compute = Some(dtype);
     }
 
     /// A dense tensor of the given shape, bf16/f16/f32 on disk, converted to f32.
@@ -198,9 +210,18 @@ impl Checkpoint {
         Ok(self.values(name, shape)?.widen(0..shape.iter().product()))
     }
 
-    /// A dense `[n, k]` weight, kept in its dtype on disk.
+    /// A dense `[n, k]` weight, in the compute dtype when one is set ([`Self::set_compute`]), else
+    /// in its dtype on disk.
     pub fn dense(&self, name: &str, n: usize, k: usize) -> Result<DenseWeight> {
-        DenseWeight::new(n, k, self.values(name, &[n, k])?)
+        let values = self.values(name, &[n, k])?;
+        DenseWeight::new(
+            n,
+            k,
+            match self.compute {
+                Some(dtype) => values.into_dtype(dtype),
+                None => values,
+            },
+        )
     }
 
     fn values(&self, name: &str, shape: &[usize]) -> Result<DenseValues> {

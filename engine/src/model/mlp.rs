@@ -48,7 +48,7 @@ impl<B: Backend> Mlp<B> {
     pub fn forward(&self, b: &B, x: &B::Tensor, probe: &Probe<'_, B>, module: &str) -> Result<B::Tensor> {
         let checked = |op: &str, x: B::Tensor| probe.check(&x, format_args!("{module}.{op}")).map(|()| x);
         let gate_up = checked("gate_up_proj", b.linear(x, &self.gate_up)?)?;
-        let act = checked("silu_mul", b.silu_mul(&gate_up)?)?;
+        let act = checked("silu_mul", b.silu_mul(&gate_up, &self.down)?)?;
         checked("down_proj", b.linear(&act, &self.down)?)
     }
 }

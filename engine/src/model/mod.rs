@@ -55,7 +55,7 @@ use crate::cpu::CpuBackend;
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::ops::cpu::count_nonfinite;
-use crate::registry::{Backend, Heads, HostLinear, KvDtype, KvStore, Rope};
+use crate::registry::{Backend, ComputeDtype, Dtypes, Heads, HostLinear, KvDtype, KvStore, Rope};
 
 enum FeedForward<B: Backend> {
     Dense(Mlp<B>),
@@ -103,6 +103,7 @@ pub struct Model<B: Backend = CpuBackend> {
     heads: Heads,
     bytes: WeightBytes,
     skipped: Skipped,
+    dtypes: Dtypes,
 }
 
 impl<B: Backend> std::fmt::Debug for Model<B> {
@@ -139,13 +140,41 @@ impl WeightBytes {
 }
 
 impl<B: Backend> Model<B> {
-    /// Loads `dir`; each weight goes to `backend` as it is read, so the host holds at most one
-    /// weight beyond the backend's copy.
+    /// Loads `dir`, its dense weights computed in the checkpoint's dtype; each weight goes to
+    /// `backend` as it is read, so the host holds at most one weight beyond the backend's copy.
     pub fn load_on(dir: &Path, backend: Arc<B>) -> Result<Model<B>> {
+        Model::load_as(dir, backend, None)
+    }
+
+    /// [`Self::load_on`] with the dense weights computed in `dtype`, each converted as it is read;
+    /// `None` keeps every weight in its stored dtype and names the checkpoint's dtype (its embedding
+    /// table's) the compute dtype. The KV cache's dtype follows: the backend's choice for f32 weights
+    /// when the compute dtype is f32 ([`Backend::kv_dtype`]). A dtype the backend cannot compute in
+    /// is an error before any weight is read.
+    pub fn load_as(dir: &Path, backend: Arc<B>, dtype: Option<ComputeDtype>) -> Result<Model<B>> {
         let config = Config::load(&dir.join("config.json"))?;
-        let ckpt = Checkpoint::open(dir, config.layout)?;
+        let mut ckpt = Checkpoint::open(dir, config.layout)?;
         let config_file = dir.join("config.json").display().to_string();
         ckpt.check_float_dtypes(&config_file, config.torch_dtype.as_deref())?;
+        let embed_name = "model.embed_tokens.weight";
+        let checkpoint = match ckpt.float_dtype(embed_name) {
+            Some(d) => d,
+            // Read to name the missing tensor or its unsupported dtype.
+            None => {
+                let (v, h) = (config.vocab_size, config.hidden_size);
+                return Err(ckpt.dense(embed_name, v, h).err().unwrap_or_else(|| missing_dtype(embed_name)));
+            }
+        };
+        let compute = dtype.unwrap_or(checkpoint);
+        backend.supports_compute(compute).map_err(|reason| {
+            EngineError::InvalidArgument(format!("{} cannot compute in {compute}: {reason}", backend.describe()))
+        })?;
+        // Asked for: every dense weight converted. Otherwise each keeps its stored dtype (a bf16
+        // checkpoint's odd f32 weight stays f32, as it always has).
+        if dtype.is_some() {
+            ckpt.set_compute(compute);
+        }
+        let dtypes = Dtypes { compute, checkpoint, chosen: dtype.is_some() };
         config.check_checkpoint_layers(&config_file, ckpt.names())?;
         config.check_checkpoint_shared_experts(&config_file, ckpt.names())?;
         let (c, b) = (&config, &*backend);
@@ -154,7 +183,7 @@ impl<B: Backend> Model<B> {
         let vector = |name: &str, len: usize| b.vector(&ckpt.tensor(name, &[len])?);
         let embed =
             b.linear_weight("model.embed_tokens", HostLinear::Dense(ckpt.dense("model.embed_tokens.weight", v, h)?))?;
-        let heads = c.heads(b.kv_dtype(ckpt.is_f32("model.layers.0.self_attn.kv_b_proj.weight")));
+        let heads = c.heads(b.kv_dtype(compute == ComputeDtype::F32));
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
             let p = format!("model.layers.{i}");
@@ -177,7 +206,7 @@ impl<B: Backend> Model<B> {
         bytes.experts_per_layer = if bytes.moe_layers > 0 { c.n_routed_experts } else { 0 };
         bytes.expert = bytes.expert.checked_div(bytes.moe_layers * c.n_routed_experts).unwrap_or(0);
         let lm_head = if c.tie_word_embeddings && !ckpt.contains("lm_head.weight") {
-            bytes.lm_head = 2 * v * h;
+            bytes.lm_head = compute.bytes() * v * h;
             None
         } else {
             let w = ckpt.linear("lm_head", v, h, c.quant_group("lm_head"))?;
@@ -196,6 +225,7 @@ impl<B: Backend> Model<B> {
             lm_head,
             bytes,
             skipped: ckpt.skipped(),
+            dtypes,
             config,
             backend,
         })
@@ -209,6 +239,11 @@ impl<B: Backend> Model<B> {
     /// projector), which the load skipped unread.
     pub fn skipped(&self) -> Skipped {
         self.skipped
+    }
+
+    /// The dtype dense weights are computed in, and the checkpoint's.
+    pub fn dtypes(&self) -> Dtypes {
+        self.dtypes
     }
 
     /// What the weights weigh, by who reads them.
@@ -227,8 +262,9 @@ impl<B: Backend> Model<B> {
     pub fn set_kv_dtype(&mut self, kv: KvDtype) -> Result<()> {
         if !self.backend.supports_kv(kv) {
             return Err(EngineError::InvalidArgument(format!(
-                "{} cannot store the KV cache in {}",
+                "{} cannot store the KV cache of a model computed in {} in {}",
                 self.backend.describe(),
+                self.dtypes.compute,
                 kv.name()
             )));
         }
@@ -518,6 +554,10 @@ impl<B: Backend> Model<B> {
         probe.check(&logits, "lm_head")?;
         Ok(logits)
     }
+}
+
+fn missing_dtype(tensor: &str) -> EngineError {
+    EngineError::InvalidArgument(format!("{tensor} is not a float tensor"))
 }
 
 /// The tap of a forward that hands out no hidden states.

@@ -18,10 +18,12 @@
 //! | [`Backend::upload`] | host rows onto the backend |
 //! | [`Backend::forward_argmax`] | a whole forward to its argmax ids, which a backend may record once and replay |
 
+mod dtype;
 mod linear;
 mod rope;
 mod startup;
 
+pub use dtype::{ComputeDtype, Dtypes};
 pub use linear::{DenseValues, DenseWeight, HostLinear};
 pub use rope::{Rope, RopeLayout, RopeSpan, RopeTable};
 
@@ -182,6 +184,11 @@ pub trait Backend: Send + Sync + Sized {
     fn supports_kv(&self, _kv: KvDtype) -> bool {
         true
     }
+    /// Whether this backend computes dense weights in `dtype`, and why not: asked before any weight
+    /// is loaded.
+    fn supports_compute(&self, _dtype: ComputeDtype) -> std::result::Result<(), String> {
+        Ok(())
+    }
     /// An empty cache of `layers` layers laid out by `heads`, for up to `max_tokens` tokens (the
     /// model's context).
     fn new_cache(&self, layers: usize, heads: Heads, max_tokens: usize) -> Self::Cache;
@@ -197,8 +204,9 @@ pub trait Backend: Send + Sync + Sized {
     fn linear(&self, x: &Self::Tensor, w: &Self::Linear) -> Result<Self::Tensor>;
     /// `x += y`.
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
-    /// `silu(a) * b` where each row of `x` is `[a | b]`, halves of equal width.
-    fn silu_mul(&self, x: &Self::Tensor) -> Result<Self::Tensor>;
+    /// `silu(a) * b` where each row of `x` is `[a | b]`, halves of equal width; `down` is the weight
+    /// that reads the result next, whose input dtype a backend may round it to.
+    fn silu_mul(&self, x: &Self::Tensor, down: &Self::Linear) -> Result<Self::Tensor>;
     /// Columns `start..start + len` of every row.
     fn columns(&self, x: &Self::Tensor, start: usize, len: usize) -> Result<Self::Tensor>;
     /// Rotates `span` of every head of every row of `x` in place, row `r` at the batch's position `r`.

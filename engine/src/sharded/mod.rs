@@ -242,8 +242,8 @@ impl Backend for ShardedCpu {
         CpuBackend.add_assign(x, y)
     }
 
-    fn silu_mul(&self, x: &CpuTensor) -> Result<CpuTensor> {
-        CpuBackend.silu_mul(x)
+    fn silu_mul(&self, x: &CpuTensor, _down: &ShardedLinear) -> Result<CpuTensor> {
+        crate::cpu::silu_mul_rows(x)
     }
 
     fn columns(&self, x: &CpuTensor, start: usize, len: usize) -> Result<CpuTensor> {

@@ -63,6 +63,10 @@ impl Piece<'_> {
                     uniform(seed, first + start as u64, end - start, 0.2).map(|x| bf16::from_f32(1.0 + x).to_bits());
                 vec![(0, 2 * start as u64, bytes(v.collect()))]
             }
+            Fill::NormF32 => {
+                let v: Vec<f32> = uniform(seed, first + start as u64, end - start, 0.2).map(|x| 1.0 + x).collect();
+                vec![(0, 4 * start as u64, bytemuck::cast_slice(&v).to_vec())]
+            }
             Fill::UniformF32 { scale } => {
                 let v: Vec<f32> = uniform(seed, first + start as u64, end - start, scale).collect();
                 vec![(0, 4 * start as u64, bytemuck::cast_slice(&v).to_vec())]

@@ -43,6 +43,9 @@ pub struct TinySpec {
     pub seed: u64,
     /// Routed experts INT4 (symmetric, group 32, bf16 scales), everything else bf16, as K2 ships.
     pub int4_experts: bool,
+    /// Dense weights and norms in f32 (`torch_dtype: float32`, as transformers saves a model made
+    /// in f32), drawn as the bf16 ones are but not rounded; INT4 scales stay bf16.
+    pub f32_weights: bool,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub num_hidden_layers: usize,
@@ -88,6 +91,7 @@ impl Default for TinySpec {
         Self {
             seed: 0,
             int4_experts: false,
+            f32_weights: false,
             vocab_size: 256,
             hidden_size: 64,
             num_hidden_layers: 3,
@@ -136,6 +140,7 @@ impl TinySpec {
         TinySpec {
             seed: 0,
             int4_experts: true,
+            f32_weights: false,
             vocab_size: 163_840,
             hidden_size: 7168,
             num_hidden_layers: layers,
@@ -205,7 +210,7 @@ impl TinySpec {
             "rms_norm_eps": 1e-6,
             "max_position_embeddings": self.max_position_embeddings,
             "tie_word_embeddings": false,
-            "torch_dtype": "bfloat16",
+            "torch_dtype": if self.f32_weights { "float32" } else { "bfloat16" },
         });
         if let Some(y) = &self.rope_scaling {
             c["rope_scaling"] = json!({
@@ -313,7 +318,7 @@ pub struct Summary {
     pub int4_bytes: u64,
     /// Every other bf16 tensor.
     pub bf16_bytes: u64,
-    /// The f32 router biases.
+    /// The f32 tensors: router biases, and the dense weights and norms of a spec of f32 weights.
     pub f32_bytes: u64,
 }
 

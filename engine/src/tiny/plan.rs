@@ -36,6 +36,8 @@ pub(crate) enum Fill {
     Uniform { scale: f32 },
     /// bf16 norm weights, uniform in `[0.8, 1.2)`.
     Norm,
+    /// [`Fill::Norm`]'s draws in f32, not rounded.
+    NormF32,
     /// f32, uniform in `[-scale, scale)`.
     UniformF32 { scale: f32 },
     /// An `[n, k]` weight uniform in `[-scale, scale)`, quantized to INT4 (group 32, bf16 scales):
@@ -67,7 +69,7 @@ impl Unit {
 
 /// Every unit of the checkpoint, in the order their values are drawn.
 pub(crate) fn units(spec: &TinySpec) -> Vec<Unit> {
-    let mut b = Builder { units: Vec::new(), next_draw: 0 };
+    let mut b = Builder { units: Vec::new(), next_draw: 0, f32: spec.f32_weights };
     let (h, heads) = (spec.hidden_size, spec.num_attention_heads);
     let qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim;
     b.bf16("model.embed_tokens.weight", &[spec.vocab_size, h], 1.0);
@@ -171,6 +173,8 @@ pub(crate) fn tensor_count(spec: &TinySpec) -> Option<u64> {
 struct Builder {
     units: Vec<Unit>,
     next_draw: u64,
+    /// Dense weights and norms in f32.
+    f32: bool,
 }
 
 impl Builder {
@@ -180,12 +184,19 @@ impl Builder {
         self.units.push(unit);
     }
 
+    /// A dense weight: bf16, or f32 for a spec of f32 weights (the same draws, not rounded).
     fn bf16(&mut self, name: &str, shape: &[usize], scale: f32) {
-        self.push(vec![Meta::new(name.into(), StDtype::BF16, shape)], Fill::Uniform { scale });
+        let (dtype, fill) = if self.f32 {
+            (StDtype::F32, Fill::UniformF32 { scale })
+        } else {
+            (StDtype::BF16, Fill::Uniform { scale })
+        };
+        self.push(vec![Meta::new(name.into(), dtype, shape)], fill);
     }
 
     fn norm(&mut self, name: &str, len: usize) {
-        self.push(vec![Meta::new(name.into(), StDtype::BF16, &[len])], Fill::Norm);
+        let (dtype, fill) = if self.f32 { (StDtype::F32, Fill::NormF32) } else { (StDtype::BF16, Fill::Norm) };
+        self.push(vec![Meta::new(name.into(), dtype, &[len])], fill);
     }
 
     /// `{module}.weight` `[n, k]` (or its INT4 form), uniform with variance 1/k, so that a unit-RMS

@@ -8,6 +8,13 @@ optionally INT4 experts in compressed-tensors pack-quantized form, unpacked here
 layout directly) and prints the logits of a prompt as JSON.
 
     python3 deepseek_v3_numpy.py MODEL_DIR 3,141,59 > logits.json
+
+With --greedy NEW, it decodes NEW tokens greedily instead (argmax of each forward's last logits, the
+whole sequence recomputed each step, as transformers' generate without a cache) and prints the
+tokens with the smallest gap between the first and second logit seen at any step, a measure of how
+close to a tie the reference's choices came:
+
+    python3 deepseek_v3_numpy.py --greedy 12 MODEL_DIR 3,141,59 > greedy.json
 """
 
 import json
@@ -180,7 +187,10 @@ def moe(c, w, p, x):
 def forward(folder, ids):
     with open(os.path.join(folder, "config.json")) as f:
         c = json.load(f)
-    w = load(folder)
+    return forward_loaded(c, load(folder), ids)
+
+
+def forward_loaded(c, w, ids):
     eps = c["rms_norm_eps"]
     cos, sin = rope_tables(c, np.arange(len(ids)))
     x = w["model.embed_tokens.weight"][ids]
@@ -192,6 +202,23 @@ def forward(folder, ids):
     return rmsnorm(x, w["model.norm.weight"], eps) @ w["lm_head.weight"].T
 
 
+def greedy(folder, prompt, new):
+    with open(os.path.join(folder, "config.json")) as f:
+        c = json.load(f)
+    w = load(folder)
+    ids, gap = list(prompt), math.inf
+    for _ in range(new):
+        last = forward_loaded(c, w, ids)[-1]
+        top = np.sort(last)[-2:]
+        gap = min(gap, float(top[1] - top[0]))
+        ids.append(int(np.argmax(last)))
+    return {"prompt": prompt, "tokens": ids[len(prompt) :], "min_top2_gap": gap}
+
+
 if __name__ == "__main__":
-    folder, prompt = sys.argv[1], [int(t) for t in sys.argv[2].split(",")]
-    print(json.dumps({"prompt": prompt, "logits": forward(folder, prompt).tolist()}))
+    if sys.argv[1] == "--greedy":
+        new, folder, prompt = int(sys.argv[2]), sys.argv[3], [int(t) for t in sys.argv[4].split(",")]
+        print(json.dumps(greedy(folder, prompt, new)))
+    else:
+        folder, prompt = sys.argv[1], [int(t) for t in sys.argv[2].split(",")]
+        print(json.dumps({"prompt": prompt, "logits": forward(folder, prompt).tolist()}))

@@ -3,6 +3,7 @@
 
 use kdtree_jit::dense16::Dense16;
 use kdtree_jit::mla::{MlaAux, MlaDecode};
+use kdtree_jit::mla_f32::MlaF32;
 use kdtree_jit::w4a16::W4a16;
 use kdtree_jit::w4a16::grouped::W4a16Grouped;
 use kdtree_jit::w4a16::wgmma::W4a16Wgmma;
@@ -22,6 +23,8 @@ pub enum Family {
     Mla,
     /// MLA's absorb, unabsorb, cache append and gather.
     MlaAux,
+    /// Absorbed MLA in f32 on the CUDA cores (an f32 model's attention, cache and projections).
+    MlaF32,
     /// 16-bit weights streamed at a few rows: the bf16 projections of a decode step.
     Dense16,
 }
@@ -68,6 +71,7 @@ impl Family {
             Family::Grouped => W4a16Grouped::SPACE,
             Family::Mla => MlaDecode::SPACE,
             Family::MlaAux => MlaAux::SPACE,
+            Family::MlaF32 => MlaF32::SPACE,
             Family::Dense16 => Dense16::SPACE,
         }
     }
@@ -86,6 +90,7 @@ impl Family {
             Family::Grouped => points_of::<W4a16Grouped>(&target),
             Family::Mla => points_of::<MlaDecode>(&target),
             Family::MlaAux => points_of::<MlaAux>(&target),
+            Family::MlaF32 => points_of::<MlaF32>(&target),
             Family::Dense16 => points_of::<Dense16>(&target),
         }
     }
@@ -109,6 +114,7 @@ impl Family {
             // Its wgmma form compiles for the arch-specific target, beside the mma form's.
             Family::Mla => compile_of::<MlaDecode>(&target, |v| v.compile_arch(arch), filter, cache, progress),
             Family::MlaAux => compile_of::<MlaAux>(&target, |_| arch, filter, cache, progress),
+            Family::MlaF32 => compile_of::<MlaF32>(&target, |_| arch, filter, cache, progress),
             Family::Dense16 => compile_of::<Dense16>(&target, |_| arch, filter, cache, progress),
         }
     }
@@ -129,5 +135,6 @@ pub fn render_named(name: &str) -> Option<kdtree_jit::Result<String>> {
         .or_else(|| of::<W4a16Grouped>(name))
         .or_else(|| of::<MlaDecode>(name))
         .or_else(|| of::<MlaAux>(name))
+        .or_else(|| of::<MlaF32>(name))
         .or_else(|| of::<Dense16>(name))
 }

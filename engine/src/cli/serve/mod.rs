@@ -20,11 +20,11 @@ use anyhow::Context;
 use axum::Router;
 use axum::routing::{get, post};
 use clap::Args;
+use kdtree_engine::Config;
 use kdtree_engine::cpu::CpuBackend;
 use kdtree_engine::registry::Backend;
 use kdtree_engine::spec::{DrafterKind, SpecArgs};
 use kdtree_engine::text::{ChatTemplate, Tokenizer, eos_token_ids};
-use kdtree_engine::{Config, Model};
 
 use super::backend::BackendArgs;
 use routes::AppState;
@@ -152,8 +152,7 @@ fn load_and_serve<B: Backend>(
     ready: std::sync::mpsc::Sender<anyhow::Result<()>>,
 ) {
     let loaded = (|| {
-        let mut model =
-            Model::load_on(&args.model, backend).with_context(|| format!("loading {}", args.model.display()))?;
+        let mut model = args.backend.load(&args.model, backend)?;
         let line = args.backend.configure(&mut model)?;
         let method = args.spec.method()?;
         let draft_model = match method {
