@@ -10,8 +10,8 @@ use std::path::Path;
 use half::bf16;
 use kdtree_jit::mla::reference::{Weights, absorb_query, attention, unabsorb_output};
 use kdtree_jit::mla::{
-    AuxKernel, DeviceMask, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaShape, NewMask, PagedCache, absorb_host,
-    mla_host, unabsorb_host, upload_cache,
+    AuxKernel, Companions, DeviceMask, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaShape, NewMask, PagedCache,
+    absorb_host, mla_host, unabsorb_host, upload_cache,
 };
 use kdtree_jit::{Cache, Gpu, Target, Variant, compile_all_for};
 use kdtree_quant::sample::symmetric;

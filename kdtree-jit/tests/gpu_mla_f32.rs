@@ -9,8 +9,9 @@ use std::path::Path;
 
 use cudarc::driver::CudaSlice;
 use kdtree_jit::mla::reference::{Weights, absorb_query, attention, unabsorb_output};
+use kdtree_jit::mla::{Companions, absorb_host, unabsorb_host, upload_cache};
 use kdtree_jit::mla::{MlaShape, NewMask, PagedCache};
-use kdtree_jit::mla_f32::{MlaF32, MlaF32Kernel, absorb_host, attention_host, unabsorb_host, upload_cache_f32};
+use kdtree_jit::mla_f32::{MlaF32, MlaF32Kernel, attention_host};
 use kdtree_jit::{Cache, Gpu, Target};
 use kdtree_quant::sample::symmetric;
 
@@ -95,7 +96,7 @@ fn append_then_gather_round_trips_through_shuffled_pages_exactly() {
     let old = symmetric(past * w, 5, 1.0);
     let mut all = old.clone();
     all.extend(vec![0f32; n * w]);
-    let (_pool, table) = upload_cache_f32(&gpu, &all, w, page, 2, 1).unwrap();
+    let (_pool, table) = upload_cache(&gpu, &all, w, page, 2, 1).unwrap();
     let new = symmetric(n * w, 6, 1.0);
     let latent: Vec<f32> = new.chunks(w).flat_map(|e| e[..s.latent].to_vec()).collect();
     let k_pe: Vec<f32> = new.chunks(w).flat_map(|e| e[s.latent..].to_vec()).collect();

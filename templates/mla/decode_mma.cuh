@@ -27,14 +27,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
     if (warp == 0) list_visible(mode, bits, n, row, lane, vis, &vis_count);
     __syncthreads();
     const int past = (int)*past_ptr;
-    const int L = past + vis_count;
-    if (L == 0) return;  // the combine writes zeros
-    int per, splits;
-    split_plan(L, per, splits);
-    if (split >= splits) return;  // the whole block: nothing was issued yet
-    const int start = split * per * BN;
-    const int end = min(L, start + per * BN);
-    const int ntiles = (end - start + BN - 1) / BN;
+    int start, end, ntiles;
+    if (!split_range(past + vis_count, split, start, end, ntiles)) return;
 
     // Shared memory: Q [HB][qs], KV [STAGES][BN][qs], P [HB][BN + 8] bf16, then row maxima and sums
     // [2 halves][HB] f32.

@@ -71,14 +71,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
     if (warp == 0) list_visible(mode, bits, n, row, lane, vis, vis_count);
     __syncthreads();
     const int past = (int)*past_ptr;
-    const int L = past + *vis_count;
-    if (L == 0) return;  // the combine writes zeros
-    int per, splits;
-    split_plan(L, per, splits);
-    if (split >= splits) return;  // the whole block: nothing was issued yet
-    const int start = split * per * BN;
-    const int end = min(L, start + per * BN);
-    const int ntiles = (end - start + BN - 1) / BN;
+    int start, end, ntiles;
+    if (!split_range(past + *vis_count, split, start, end, ntiles)) return;
 
     // Copies go row by row: LPR lanes a row, lane lp taking 16-byte piece lp of each column block to
     // its swizzled place (piece c of row r lands at c ^ (r % 8): address bits 4-6 XOR bits 7-9, as the

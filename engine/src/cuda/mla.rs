@@ -9,12 +9,11 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use kdtree_jit::kernel::Kernels;
 use kdtree_jit::mla::{
-    AuxKernel, DeviceMask, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaShape, PagedCache, shape_error,
+    AuxKernel, Companions, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaShape, PagedCache, shape_error,
 };
 use kdtree_jit::{Cache, Gpu, Target};
 
 use super::mla_f32::MlaF32Kernels;
-use super::tensor::MaskMode;
 use super::{CudaBackend, CudaBatch};
 use crate::cpu::CpuAbsorb;
 use crate::error::{EngineError, Result};
@@ -28,9 +27,9 @@ const WORKSPACE_BYTES: usize = 256 << 20;
 
 /// The MLA kernels of one GPU: the decode variant and the aux kernels.
 pub struct MlaKernels {
-    gpu: Gpu,
+    pub(super) gpu: Gpu,
     decode: MlaKernel,
-    aux: AuxKernel,
+    pub(super) aux: AuxKernel,
 }
 
 impl std::fmt::Debug for MlaKernels {
@@ -58,38 +57,6 @@ impl MlaKernels {
         self.decode.variant()
     }
 
-    /// Entries `idx` of layer `layer`, widened to f32 (exact): `[idx.len(), width]`.
-    pub(super) fn gather(
-        &self,
-        table: &CudaSlice<u64>,
-        h: Heads,
-        layer: usize,
-        idx: &CudaSlice<u32>,
-    ) -> Result<CudaSlice<f32>> {
-        let mut out = self.gpu.stream.alloc_zeros::<f32>((idx.len() * h.width()).max(1))?;
-        let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
-        self.aux.gather(&self.gpu, &h.mla, &idx.as_view(), &cache, &mut out.as_view_mut())?;
-        Ok(out)
-    }
-
-    /// Writes `n` entries `[latent | k_rope]` (f32 `[n, latent]` and `[n, rope]`, rounded to bf16)
-    /// to layer `layer` at entries `at[0]..`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn append(
-        &self,
-        table: &CudaSlice<u64>,
-        h: Heads,
-        layer: usize,
-        latent: &CudaSlice<f32>,
-        k_rope: &CudaSlice<f32>,
-        n: usize,
-        at: &CudaSlice<u32>,
-    ) -> Result<()> {
-        let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
-        let (latent, k_rope) = (latent.as_view(), k_rope.as_view());
-        Ok(self.aux.append(&self.gpu, &h.mla, n, &latent, &k_rope, &cache, &at.as_view())?)
-    }
-
     /// Absorbed attention of the batch's queries `q` (`[n, heads, nope + rope]` f32, rope applied)
     /// over layer `layer`, whose entries for the batch are written: `out` is `[n, heads, v]` f32.
     #[allow(clippy::too_many_arguments)]
@@ -111,11 +78,7 @@ impl MlaKernels {
         let rows = (WORKSPACE_BYTES / 4 / row).clamp(1, n.max(1));
         let mut workspace = b.output::<f32>(rows * row)?;
         let mut o_lat = b.output::<f32>(n * s.heads * s.latent)?;
-        let mask = match batch.mask_mode {
-            MaskMode::Causal => DeviceMask::Causal,
-            MaskMode::Full => DeviceMask::Full,
-            MaskMode::Bits => DeviceMask::Bits(batch.mask.as_view()),
-        };
+        let mask = batch.device_mask();
         let buffers = MlaBuffers {
             q: q_lat.as_view(),
             cache: PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer },
@@ -178,8 +141,8 @@ impl LatentKernels {
         idx: &CudaSlice<u32>,
     ) -> Result<CudaSlice<f32>> {
         match self {
-            LatentKernels::Bf16(k) => k.gather(table, h, layer, idx),
-            LatentKernels::F32(k) => k.gather(table, h, layer, idx),
+            LatentKernels::Bf16(k) => gather(&k.gpu, &k.aux, table, h, layer, idx),
+            LatentKernels::F32(k) => gather(&k.gpu, k.kernel(), table, h, layer, idx),
         }
     }
 
@@ -196,10 +159,12 @@ impl LatentKernels {
         n: usize,
         at: &CudaSlice<u32>,
     ) -> Result<()> {
-        match self {
-            LatentKernels::Bf16(k) => k.append(table, h, layer, latent, k_rope, n, at),
-            LatentKernels::F32(k) => k.append(table, h, layer, latent, k_rope, n, at),
-        }
+        let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
+        let (latent, k_rope, at) = (latent.as_view(), k_rope.as_view(), at.as_view());
+        Ok(match self {
+            LatentKernels::Bf16(k) => k.aux.append(&k.gpu, &h.mla, n, &latent, &k_rope, &cache, &at),
+            LatentKernels::F32(k) => k.kernel().append(&k.gpu, &h.mla, n, &latent, &k_rope, &cache, &at),
+        }?)
     }
 
     /// Writes `n` f32 entries `[n, width]` (from [`Self::gather`]) to layer `layer` at entries
@@ -247,6 +212,21 @@ impl LatentKernels {
             ))),
         }
     }
+}
+
+/// Entries `idx` of layer `layer` through `k`, as f32 (exact): `[idx.len(), width]`.
+fn gather<K: Companions>(
+    gpu: &Gpu,
+    k: &K,
+    table: &CudaSlice<u64>,
+    h: Heads,
+    layer: usize,
+    idx: &CudaSlice<u32>,
+) -> Result<CudaSlice<f32>> {
+    let mut out = gpu.stream.alloc_zeros::<f32>((idx.len() * h.width()).max(1))?;
+    let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
+    k.gather(gpu, &h.mla, &idx.as_view(), &cache, &mut out.as_view_mut())?;
+    Ok(out)
 }
 
 /// Why the MLA kernels cannot run `h`, as an error before any weight is uploaded.

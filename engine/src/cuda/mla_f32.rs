@@ -4,19 +4,18 @@
 //! f32 checkpoint's attention rounds nothing to 16 bits.
 
 use cudarc::driver::CudaSlice;
-use kdtree_jit::mla::{DeviceMask, PagedCache};
+use kdtree_jit::mla::{Companions, PagedCache};
 use kdtree_jit::mla_f32::{MlaF32, MlaF32Kernel};
 use kdtree_jit::{Cache, Gpu, Target};
 
 use super::mla::PAGE_TOKENS;
-use super::tensor::MaskMode;
 use super::{CudaBackend, CudaBatch};
 use crate::error::Result;
 use crate::registry::Heads;
 
 /// The f32 MLA kernels of one GPU.
 pub struct MlaF32Kernels {
-    gpu: Gpu,
+    pub(super) gpu: Gpu,
     kernel: MlaF32Kernel,
 }
 
@@ -37,36 +36,8 @@ impl MlaF32Kernels {
         self.kernel.variant()
     }
 
-    /// Entries `idx` of layer `layer`: `[idx.len(), width]` f32.
-    pub(super) fn gather(
-        &self,
-        table: &CudaSlice<u64>,
-        h: Heads,
-        layer: usize,
-        idx: &CudaSlice<u32>,
-    ) -> Result<CudaSlice<f32>> {
-        let mut out = self.gpu.stream.alloc_zeros::<f32>((idx.len() * h.width()).max(1))?;
-        let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
-        self.kernel.gather(&self.gpu, &h.mla, &idx.as_view(), &cache, &mut out.as_view_mut())?;
-        Ok(out)
-    }
-
-    /// Writes `n` entries `[latent | k_rope]` (f32 `[n, latent]` and `[n, rope]`, as they are) to layer
-    /// `layer` at entries `at[0]..`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn append(
-        &self,
-        table: &CudaSlice<u64>,
-        h: Heads,
-        layer: usize,
-        latent: &CudaSlice<f32>,
-        k_rope: &CudaSlice<f32>,
-        n: usize,
-        at: &CudaSlice<u32>,
-    ) -> Result<()> {
-        let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
-        let (latent, k_rope) = (latent.as_view(), k_rope.as_view());
-        Ok(self.kernel.append(&self.gpu, &h.mla, n, &latent, &k_rope, &cache, &at.as_view())?)
+    pub(super) fn kernel(&self) -> &MlaF32Kernel {
+        &self.kernel
     }
 
     /// Absorbed attention of the batch's queries `q` (`[n, heads, nope + rope]` f32, rope applied) over
@@ -87,11 +58,7 @@ impl MlaF32Kernels {
         let mut q_lat = b.output::<f32>(n * s.heads * s.width())?;
         self.kernel.absorb(gpu, &s, n, &q.as_view(), &kv_b.as_view(), &mut q_lat.as_view_mut())?;
         let mut o_lat = b.output::<f32>(n * s.heads * s.latent)?;
-        let mask = match batch.mask_mode {
-            MaskMode::Causal => DeviceMask::Causal,
-            MaskMode::Full => DeviceMask::Full,
-            MaskMode::Bits => DeviceMask::Bits(batch.mask.as_view()),
-        };
+        let mask = batch.device_mask();
         let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
         let (past, q_lat) = (batch.past.as_view(), q_lat.as_view());
         self.kernel.attention(gpu, &s, n, &q_lat, &cache, &past, &mask, &mut o_lat.as_view_mut())?;

@@ -41,6 +41,18 @@ pub struct CudaBatch {
     pub past: CudaSlice<u32>,
 }
 
+impl CudaBatch {
+    /// The mask as the MLA kernels take it.
+    pub fn device_mask(&self) -> kdtree_jit::mla::DeviceMask<'_> {
+        use kdtree_jit::mla::DeviceMask;
+        match self.mask_mode {
+            MaskMode::Causal => DeviceMask::Causal,
+            MaskMode::Full => DeviceMask::Full,
+            MaskMode::Bits => DeviceMask::Bits(self.mask.as_view()),
+        }
+    }
+}
+
 /// How a batch's mask reaches the MLA kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MaskMode {

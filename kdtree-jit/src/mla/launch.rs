@@ -1,7 +1,7 @@
 //! Launching MLA attention. [`MlaKernel`] binds a [`MlaDecode`] variant to its two loaded entries
 //! (the split kernel and the combine), so no safe call launches a function with another's arguments.
 
-use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use crate::launch::{allow_shared, short_buffer};
 use crate::mla::rules::{MAX_LATENT, MAX_NEW, MAX_ROPE, dynamic_smem, static_smem};
@@ -194,24 +194,38 @@ impl MlaKernel {
     }
 }
 
-/// Builds a paged cache on the device from `kv`, `[entries, width]` bf16 bits in logical order, as
+/// A value a paged cache holds: bf16 bits or f32, with the NaN [`upload_cache`] fills the other
+/// layers with.
+pub trait CacheValue: DeviceRepr + Copy {
+    const NAN: Self;
+}
+
+impl CacheValue for u16 {
+    const NAN: u16 = 0x7fc0;
+}
+
+impl CacheValue for f32 {
+    const NAN: f32 = f32::NAN;
+}
+
+/// Builds a paged cache on the device from `kv`, `[entries, width]` values in logical order, as
 /// layer `layer` of `layers`: pages of `page` entries in a shuffled order in one pool, the other
 /// layers filled with NaN so that a wrong address shows. Returns the pool and the page table.
-pub fn upload_cache(
+pub fn upload_cache<T: CacheValue>(
     gpu: &Gpu,
-    kv: &[u16],
+    kv: &[T],
     width: usize,
     page: usize,
     layers: usize,
     layer: usize,
-) -> Result<(cudarc::driver::CudaSlice<u16>, cudarc::driver::CudaSlice<u64>)> {
+) -> Result<(cudarc::driver::CudaSlice<T>, cudarc::driver::CudaSlice<u64>)> {
     use cudarc::driver::DevicePtr;
     let entries = kv.len() / width;
     let pages = entries.div_ceil(page).max(1);
     // Page p lives in slot (p * 5 + 3) mod pages when that is a permutation, else in reverse.
     let slot = |p: usize| if !pages.is_multiple_of(5) { (p * 5 + 3) % pages } else { pages - 1 - p };
     let page_len = layers * page * width;
-    let mut pool = vec![0x7fc0u16; pages * page_len];
+    let mut pool = vec![T::NAN; pages * page_len];
     for t in 0..entries {
         let at = slot(t / page) * page_len + (layer * page + t % page) * width;
         pool[at..at + width].copy_from_slice(&kv[t * width..][..width]);
@@ -221,7 +235,7 @@ pub fn upload_cache(
         let (ptr, _sync) = pool.device_ptr(&gpu.stream);
         ptr
     };
-    let table: Vec<u64> = (0..pages).map(|p| base + (slot(p) * page_len * 2) as u64).collect();
+    let table: Vec<u64> = (0..pages).map(|p| base + (slot(p) * page_len * size_of::<T>()) as u64).collect();
     let table = gpu.stream.clone_htod(&table)?;
     Ok((pool, table))
 }
@@ -241,35 +255,15 @@ pub fn mla_host(
     mask: &NewMask,
     page: usize,
 ) -> Result<Vec<f32>> {
-    let width = s.width();
-    let n = q.len() / (s.heads * width);
-    if kv.len() != (past + n) * width {
-        return Err(unsupported(
-            "mla_host",
-            format!("kv holds {} values, not past + n = {} entries", kv.len(), past + n),
-        ));
-    }
+    let (inputs, n) = HostInputs::upload(gpu, "mla_host", s, q, kv, past, mask, page)?;
     let st = &gpu.stream;
-    let (_pool, table) = upload_cache(gpu, kv, width, page, 2, 1)?;
-    let qd = st.clone_htod(q)?;
-    let past_d = st.clone_htod(&[past as u32])?;
-    let bits = match mask {
-        NewMask::Bits(words) => st.clone_htod(words)?,
-        _ => st.clone_htod(&[0u32])?,
-    };
-    let dmask = match mask {
-        NewMask::Causal => DeviceMask::Causal,
-        NewMask::Full => DeviceMask::Full,
-        NewMask::Bits(_) => DeviceMask::Bits(bits.as_view()),
-    };
     let mut workspace = st.alloc_zeros::<f32>(kernel.variant().workspace_len(n, s.heads, s.latent).max(1))?;
     let mut o_lat = st.alloc_zeros::<f32>((n * s.heads * s.latent).max(1))?;
-    let cache = PagedCache { table: table.as_view(), page, layer: 1 };
     let b = MlaBuffers {
-        q: qd.as_view(),
-        cache,
-        past: past_d.as_view(),
-        mask: dmask,
+        q: inputs.q.as_view(),
+        cache: inputs.cache(page),
+        past: inputs.past.as_view(),
+        mask: inputs.mask(mask),
         workspace: workspace.as_view_mut(),
         o_lat: o_lat.as_view_mut(),
     };
@@ -277,4 +271,58 @@ pub fn mla_host(
     let mut out = st.clone_dtoh(&o_lat)?;
     out.truncate(n * s.heads * s.latent);
     Ok(out)
+}
+
+/// What a host round trip of attention puts on the device: the cache as [`upload_cache`] lays it out
+/// (layer 1 of 2), the queries, `past`, and the mask's bits (one unread word unless the mask is bits).
+pub(crate) struct HostInputs<T: CacheValue> {
+    _pool: cudarc::driver::CudaSlice<T>,
+    table: cudarc::driver::CudaSlice<u64>,
+    pub q: cudarc::driver::CudaSlice<T>,
+    pub past: cudarc::driver::CudaSlice<u32>,
+    bits: cudarc::driver::CudaSlice<u32>,
+}
+
+impl<T: CacheValue> HostInputs<T> {
+    /// Uploads `q` `[n, heads, width]` and `kv` `[past + n, width]` (logical order, the new rows'
+    /// entries last) in pages of `page`; returns them with n. `origin` names the caller in errors.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn upload(
+        gpu: &Gpu,
+        origin: &str,
+        s: &MlaShape,
+        q: &[T],
+        kv: &[T],
+        past: usize,
+        mask: &NewMask,
+        page: usize,
+    ) -> Result<(HostInputs<T>, usize)> {
+        let width = s.width();
+        let n = q.len() / (s.heads * width);
+        if kv.len() != (past + n) * width {
+            let reason = format!("kv holds {} values, not past + n = {} entries", kv.len(), past + n);
+            return Err(unsupported(origin, reason));
+        }
+        let st = &gpu.stream;
+        let (_pool, table) = upload_cache(gpu, kv, width, page, 2, 1)?;
+        let bits = match mask {
+            NewMask::Bits(words) => st.clone_htod(words)?,
+            _ => st.clone_htod(&[0u32])?,
+        };
+        let (q, past) = (st.clone_htod(q)?, st.clone_htod(&[past as u32])?);
+        Ok((HostInputs { _pool, table, q, past, bits }, n))
+    }
+
+    pub(crate) fn cache(&self, page: usize) -> PagedCache<'_> {
+        PagedCache { table: self.table.as_view(), page, layer: 1 }
+    }
+
+    /// `mask` on the device: the uploaded bits when it is bits.
+    pub(crate) fn mask(&self, mask: &NewMask) -> DeviceMask<'_> {
+        match mask {
+            NewMask::Causal => DeviceMask::Causal,
+            NewMask::Full => DeviceMask::Full,
+            NewMask::Bits(_) => DeviceMask::Bits(self.bits.as_view()),
+        }
+    }
 }

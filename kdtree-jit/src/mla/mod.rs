@@ -11,7 +11,7 @@
 //! | the CPU reference | [`reference`] |
 //! | the attention kernels' variant space, and which points fit an arch | [`MlaDecode`], [`rules`] |
 //! | the paged cache, the launch, a host round trip | [`PagedCache`], [`MlaKernel`], [`mla_host`] |
-//! | absorb, unabsorb, cache append and gather on the GPU | [`MlaAux`], [`AuxKernel`] |
+//! | absorb, unabsorb, cache append and gather on the GPU | [`MlaAux`], [`AuxKernel`], launched through [`Companions`] (shared with the f32 family) |
 //!
 //! The GPU family (`templates/mla_decode.cu.tera`): block (row, group of `hb` heads, split) runs
 //! one split of the row's compact sequence on the tensor cores, a second entry merges the splits by
@@ -34,13 +34,15 @@
 //! ```
 
 pub mod aux;
+pub mod companions;
 pub mod launch;
 pub mod reference;
 pub mod rules;
 pub mod space;
 
-pub use aux::{AuxKernel, absorb_host, unabsorb_host};
-pub use launch::{DeviceMask, MlaBuffers, MlaKernel, PagedCache, mla_host, shape_error, upload_cache};
+pub use aux::AuxKernel;
+pub use companions::{Companions, absorb_host, unabsorb_host};
+pub use launch::{CacheValue, DeviceMask, MlaBuffers, MlaKernel, PagedCache, mla_host, shape_error, upload_cache};
 pub use reference::NewMask;
 pub use space::{MlaAux, MlaDecode};
 

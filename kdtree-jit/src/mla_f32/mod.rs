@@ -8,7 +8,8 @@
 //! | the variant (one point) and its five entries | [`MlaF32`] (`templates/mla_f32.cu.tera`) |
 //! | the launches | [`MlaF32Kernel`] |
 //! | the CPU reference it is checked against | [`crate::mla::reference`] with [`Weights::F32`](crate::mla::reference::Weights) |
-//! | a host round trip, for tests | [`absorb_host`], [`attention_host`], [`unabsorb_host`] |
+//! | absorb, unabsorb, append and gather | [`crate::mla::Companions`], as the bf16 family's |
+//! | a host round trip, for tests | [`attention_host`]; [`crate::mla::absorb_host`] and [`crate::mla::unabsorb_host`] take either family |
 //!
 //! The cache is [`crate::mla::PagedCache`]'s layout with f32 values: entry t of layer `layer` is the
 //! `latent + rope` f32 values at `table[t / page] + (layer * page + t % page) * width` (elements).
@@ -16,7 +17,7 @@
 mod host;
 mod launch;
 
-pub use host::{absorb_host, attention_host, unabsorb_host, upload_cache_f32};
+pub use host::attention_host;
 pub use launch::MlaF32Kernel;
 
 use crate::Target;
