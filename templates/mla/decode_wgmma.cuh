@@ -92,15 +92,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
         load_row(q_s, QBLOCK, h, q + ((size_t)row * heads + (ok ? head0 + h : 0)) * width, ok);
     }
     const u64 page_mask = (1ull << page_shift) - 1;
-    // A tile's copies take their rows' sources from `src` (rows lr and lr + THREADS / LPR; null past
-    // `end`: zero-filled, never read), which `locate` fills a tile ahead: the page-table reads' latency
-    // then hides behind a tile's math instead of holding up the copies.
-    constexpr int ROWS = BN / (THREADS / LPR);
+    // Warpgroup 1 copies the tiles, so that warpgroup 0 starts S as soon as a tile has landed, with
+    // no copies of its own to issue first: LPR lanes a row, rows cr, cr + 16, ... A tile's copies take
+    // their rows' sources from `src` (null past `end`: zero-filled, never read), which `locate` fills
+    // a tile ahead: the page-table reads' latency then hides behind a tile's math.
+    constexpr int COPIERS = THREADS / 2;
+    constexpr int ROWS = BN / (COPIERS / LPR);
+    const int cr = (tid - COPIERS) / LPR;
     const u16* src[ROWS];
     auto locate = [&](int k) {
+        if (wg != 1) return;
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
-            const int ci = start + k * BN + lr + i * (THREADS / LPR);
+            const int ci = start + k * BN + cr + i * (COPIERS / LPR);
             src[i] = nullptr;
             if (k < ntiles && ci < end) {
                 const u64 e = ci < past ? (u64)ci : (u64)past + vis[ci - past];
@@ -109,9 +113,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
         }
     };
     auto load_tile = [&](int slot) {
+        if (wg != 1) return;
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
-            load_row(kv_s + slot * TILE_BYTES, KBLOCK, lr + i * (THREADS / LPR), src[i] ? src[i] : q, src[i] != nullptr);
+            load_row(kv_s + slot * TILE_BYTES, KBLOCK, cr + i * (COPIERS / LPR), src[i] ? src[i] : q, src[i] != nullptr);
         }
     };
     locate(0);
