@@ -172,6 +172,9 @@ fn a_round_is_timed_beside_the_verify_forward_and_counted_by_the_cost_model() {
     let timing = round::time_rounds(&target, &mut dflash, "dflash", &prompt, (8, 4), 3).unwrap();
     assert_eq!((timing.context, timing.depths, timing.top_k, timing.reps), (6, 3, 4, 3));
     assert!(timing.p10_us <= timing.median_us && timing.median_us <= timing.p90_us && timing.median_us > 0.0);
+    let forward = round::time_forward(&target, &drafter, &prompt, 3).unwrap();
+    assert!(forward > 0.0 && timing.forward_median_us.is_none());
+    let timing = round::RoundTiming { forward_median_us: Some(forward), ..timing };
     let base = CostModel::new("cpu".into(), "tiny".into(), vec![(1, 100.0), (4, 150.0), (8, 200.0)]).unwrap();
     let cost = base.with_draft_us(50.0).unwrap();
     let beside = round::beside_verify(&cost, 50.0);
@@ -182,7 +185,8 @@ fn a_round_is_timed_beside_the_verify_forward_and_counted_by_the_cost_model() {
     let estimates = round::estimates(&cost, &[3.0], 4);
     assert_eq!((estimates[0].speedup, estimates[0].speedup_free_drafter), (1.5, 2.0));
     let text = round::table(&timing, &beside, &estimates);
-    assert_says(&text, &["dflash drafter round after 6 tokens", "round / verify", "33.3%", "1.50x", "2.00x"]);
+    assert_says(&text, &["dflash drafter round after 6 tokens", "the forward to logits", "round / verify", "33.3%"]);
+    assert_says(&text, &["1.50x", "2.00x"]);
     let json = serde_json::to_value((&timing, &beside, &estimates)).unwrap();
     assert!(json[0]["median_us"].is_f64() && json[1][0]["round_share"].is_f64() && json[2][0]["speedup"].is_f64());
 
@@ -275,6 +279,7 @@ fn bench_times_a_dflash_round_beside_the_verify_forward() {
     let round = &report["draft_round"];
     let median = round["timing"]["median_us"].as_f64().unwrap();
     assert!(median > 0.0 && round["timing"]["depths"].as_u64() == Some(3), "{round}");
+    assert!(round["timing"]["forward_median_us"].as_f64().is_some_and(|f| f > 0.0), "{round}");
     assert!(round["beside_verify"].as_array().unwrap().iter().all(|b| b["round_share"].as_f64().unwrap() > 0.0));
     assert_eq!(round["estimates"][0]["t"].as_u64(), Some(4));
     let rows = report["spec"].as_array().unwrap();

@@ -285,7 +285,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(drafter) = &dflash {
         let top_k = args.spec_budget.min(c.vocab_size);
         let mut fresh = DflashDrafter::new(drafter, &model);
-        let timing = round::time_rounds(&model, &mut fresh, "dflash", &prompt, (args.draft_len, top_k), args.reps)?;
+        let mut timing = round::time_rounds(&model, &mut fresh, "dflash", &prompt, (args.draft_len, top_k), args.reps)?;
+        timing.forward_median_us = Some(round::time_forward(&model, drafter, &prompt, args.reps)?);
         eprintln!("dflash drafter round: {:.1} us after {} tokens", timing.median_us, timing.context);
         cost = cost.with_draft_us(timing.median_us)?;
         let beside = round::beside_verify(&cost, timing.median_us);

@@ -11,7 +11,7 @@ use std::time::Instant;
 use kdtree_jit::tune::bench::Timing;
 use serde::Serialize;
 
-use super::{CostModel, Drafter};
+use super::{CostModel, DflashModel, Drafter};
 use crate::error::{EngineError, Result};
 use crate::model::Model;
 use crate::registry::Backend;
@@ -31,6 +31,9 @@ pub struct RoundTiming {
     pub p10_us: f64,
     pub p90_us: f64,
     pub reps: u32,
+    /// Of the round, the median of the model's forward alone, to logits on the host ([`time_forward`]);
+    /// the rest is the softmax and the top-K. `None` where it was not measured.
+    pub forward_median_us: Option<f64>,
 }
 
 /// Times `reps` rounds of `drafter` (after one untimed) after `prompt`: the target prefills the
@@ -67,7 +70,29 @@ pub fn time_rounds<B: Backend>(
         p10_us: t.p10_us,
         p90_us: t.p90_us,
         reps: t.reps,
+        forward_median_us: None,
     })
+}
+
+/// The median µs of `reps` forwards of the DFlash drafter `model` (after one untimed) from the same
+/// state as [`time_rounds`]'s rounds: the block embedded by the target, the drafter's layers, the
+/// target's LM head, the logits on the host; no softmax, no top-K.
+pub fn time_forward<B: Backend>(target: &Model<B>, model: &DflashModel, prompt: &[u32], reps: usize) -> Result<f64> {
+    if reps == 0 || prompt.is_empty() {
+        return Err(EngineError::InvalidArgument("timing a drafter's forward needs a prompt and a rep".into()));
+    }
+    let mut cache = target.new_cache();
+    let (bonus, taps) = target.prefill_tapped(&mut cache, prompt, &model.config.target_layer_ids)?;
+    let mut context = model.new_context();
+    model.extend_context(&mut context, &taps)?;
+    model.draft_logits(target, &context, bonus)?;
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        model.draft_logits(target, &context, bonus)?;
+        samples.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(Timing::from_samples(samples).median_us)
 }
 
 /// The round beside the target's verify forward of T tokens at the same context.
@@ -119,6 +144,12 @@ pub fn table(round: &RoundTiming, beside: &[BesideVerify], estimates: &[Estimate
         round.p90_us,
         round.reps
     );
+    if let Some(forward) = round.forward_median_us {
+        out += &format!(
+            "  of which the forward to logits on the host {forward:.1} us, softmax and top-K {:.1} us\n",
+            round.median_us - forward
+        );
+    }
     let mut t = crate::table::table(&["T (verified tokens)", "verify us", "round us", "round / verify"], &[0, 1, 2, 3]);
     for b in beside {
         t.add_row(vec![
