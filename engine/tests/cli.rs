@@ -261,13 +261,17 @@ fn to_closed_pipe(args: &[&str]) -> Output {
 fn printing_commands(model: &Path, out: &Path) -> Vec<Vec<String>> {
     let generate = ["generate", "--backend", "cpu", "--model", model.to_str().unwrap(), "--prompt-ids", "1,2,3"];
     let make_model = ["make-model", "--dry-run", "--out", out.to_str().unwrap()];
-    let runs: [(&[&str], &[&str]); 7] = [
+    let make_drafter =
+        ["make-drafter", "--dry-run", "--target", model.to_str().unwrap(), "--out", out.to_str().unwrap()];
+    let runs: [(&[&str], &[&str]); 9] = [
         (&generate, &["--max-new", "2"]),
         (&generate, &["--max-new", "2", "--json"]),
         (&generate, &["--max-new", "4", "--spec", "ddtree"]),
         (&generate, &["--max-new", "4", "--spec", "ddtree", "--json"]),
         (&make_model, &[]),
         (&make_model, &["--json"]),
+        (&make_drafter, &[]),
+        (&make_drafter, &["--json"]),
         (&["make-tiny", "--out", out.to_str().unwrap()], &[]),
     ];
     runs.iter().map(|(base, extra)| base.iter().chain(*extra).map(|a| a.to_string()).collect()).collect()

@@ -1,12 +1,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::Args;
+use kdtree_engine::Config;
 use kdtree_engine::bench::{ContextRow, ForwardRow, ReadBytes, context_table, peak_rss, sweep, table};
 use kdtree_engine::generate::rate;
 use kdtree_engine::registry::{Backend, KvDtype, KvStore};
-use kdtree_engine::spec::{CostModel, sweep as spec_sweep};
+use kdtree_engine::spec::{CostModel, DflashConfig, DflashDrafter, DflashModel, Drafter, round, sweep as spec_sweep};
 use kdtree_jit::tune::bench::Timing;
 use kdtree_jit::tune::clock::{Clock, CudaClock};
 use kdtree_jit::tune::peers::copy_bandwidth;
@@ -29,6 +30,14 @@ use super::emit;
 /// within --kv-memory) is printed first. The forward times are saved as the cost
 /// model of `generate --spec ddtree --cost-model`. With --spec it then compares greedy decoding,
 /// chain speculation and DDTree (fixed sizes, and cost-aware) with the noisy oracle as the drafter.
+///
+/// With --spec --drafter dflash --draft-model DIR it times the DFlash drafter's round instead (its
+/// forward over the block, the target's LM head, the per-depth top-K of the largest tree) after the
+/// first context, --reps times, prints it beside the target's verify forward at every T, puts it
+/// into the saved cost model (so that `generate --cost-model` counts it, and the cost-aware size
+/// with it), prints the cost model's speed-up at each --assume-tau, and compares greedy decoding, the
+/// chain of the block, DDTree of --spec-budget and cost-aware DDTree with the drafter. The drafter's
+/// layers run on the host today; its embedding and LM head are the target's, on the GPU.
 /// Needs a GPU.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -63,9 +72,22 @@ pub struct BenchArgs {
     /// --oracle-p, after the first --context; every output is checked against greedy decoding's.
     #[arg(long)]
     spec: bool,
-    /// The noisy oracle's accuracies (probability of ranking the true token first).
-    #[arg(long, value_delimiter = ',', default_values_t = [0.5, 0.7, 0.9], requires = "spec")]
-    oracle_p: Vec<f64>,
+    /// The noisy oracle's accuracies (probability of ranking the true token first) [default:
+    /// 0.5,0.7,0.9].
+    #[arg(long, value_delimiter = ',', requires = "spec")]
+    oracle_p: Option<Vec<f64>>,
+    /// The comparison's drafter: the noisy oracle, or a DFlash drafter (--draft-model).
+    #[arg(long, value_enum, default_value_t = BenchDrafter::NoisyOracle, requires = "spec")]
+    drafter: BenchDrafter,
+    /// The DFlash drafter's folder (with --drafter dflash), checked against --model before the GPU
+    /// is opened.
+    #[arg(long, value_name = "DIR", requires = "spec")]
+    draft_model: Option<PathBuf>,
+    /// Acceptance lengths (tokens a round, the root counted) at which to print the cost model's
+    /// speed-up for rounds verifying the drafter's block, its round counted: e.g. 5.3,5.5, what the
+    /// published Kimi-K2.5 DFlash drafter reaches on GSM8K and MATH-500 at block 8.
+    #[arg(long, value_delimiter = ',', requires = "draft_model")]
+    assume_tau: Vec<f64>,
     /// Tokens each speculative run generates after the context.
     #[arg(long, default_value_t = 64, requires = "spec")]
     spec_tokens: usize,
@@ -82,13 +104,52 @@ pub struct BenchArgs {
     backend: BackendArgs,
 }
 
+/// The drafters `bench --spec` compares with.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum BenchDrafter {
+    NoisyOracle,
+    Dflash,
+}
+
+impl BenchArgs {
+    /// The noisy oracle's accuracies, the default's if none were given.
+    fn oracle_ps(&self) -> Vec<f64> {
+        self.oracle_p.clone().unwrap_or_else(|| vec![0.5, 0.7, 0.9])
+    }
+
+    /// Refuses options that do not go together, and a DFlash folder that does not fit the model, before
+    /// any GPU is opened.
+    fn check_drafter(&self) -> anyhow::Result<()> {
+        if let Some(p) = self.oracle_ps().iter().find(|p| !(0.0..=1.0).contains(*p)) {
+            bail!("--oracle-p {p} is not a probability: the values must lie in [0, 1]");
+        }
+        if let Some(tau) = self.assume_tau.iter().find(|t| !(t.is_finite() && **t >= 1.0)) {
+            bail!("--assume-tau {tau}: an acceptance length counts the root, so it is at least 1");
+        }
+        match (self.drafter, &self.draft_model) {
+            (BenchDrafter::NoisyOracle, Some(_)) => {
+                bail!("--draft-model is the DFlash drafter's folder: pass --drafter dflash with it")
+            }
+            (BenchDrafter::Dflash, None) => bail!("--drafter dflash needs --draft-model: the DFlash drafter's folder"),
+            (BenchDrafter::Dflash, Some(dir)) => {
+                if self.oracle_p.is_some() {
+                    bail!("--oracle-p sets the noisy oracle, and --drafter dflash does not read it: drop --oracle-p");
+                }
+                let target = Config::load(&self.model.join("config.json"))
+                    .with_context(|| format!("--model {}", self.model.display()))?;
+                DflashConfig::load(dir, &target).with_context(|| format!("--draft-model {}", dir.display()))?;
+            }
+            (BenchDrafter::NoisyOracle, None) => {}
+        }
+        Ok(())
+    }
+}
+
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.reps == 0 || args.max_t == 0 {
         bail!("--reps and --max-t must be at least 1");
     }
-    if let Some(p) = args.oracle_p.iter().find(|p| !(0.0..=1.0).contains(*p)) {
-        bail!("--oracle-p {p} is not a probability: the values must lie in [0, 1]");
-    }
+    args.check_drafter()?;
     let Some(cuda) = args.backend.open(&args.model, 1)? else {
         bail!("`bench` measures on a GPU, and none is usable here (see the note above, or pass --backend cuda)");
     };
@@ -210,29 +271,44 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let first_context = contexts.first().map_or(0, |r| r.context);
     // The cost model is the first context's forwards.
     let points = rows.iter().filter(|r| r.context == first_context).map(|r| (r.t, r.median_us)).collect();
-    let cost = CostModel::new(cuda.describe(), args.model.display().to_string(), points)?;
+    let mut cost = CostModel::new(cuda.describe(), args.model.display().to_string(), points)?;
     let cost_path = args.save_cost.clone().unwrap_or_else(|| default_cost_path(&args));
+    let progress =
+        |r: &spec_sweep::SpecRow| eprintln!("  {} p={:?}: {:.1} tokens/s", r.method, r.p, r.decode_tokens_per_s);
+    let dflash = match (&args.draft_model, args.spec) {
+        (Some(dir), true) => {
+            Some(DflashModel::load(dir, &model.config).with_context(|| format!("--draft-model {}", dir.display()))?)
+        }
+        _ => None,
+    };
+    let (mut spec_rows, mut draft_round) = (Vec::new(), None);
+    if let Some(drafter) = &dflash {
+        let top_k = args.spec_budget.min(c.vocab_size);
+        let mut fresh = DflashDrafter::new(drafter, &model);
+        let mut timing = round::time_rounds(&model, &mut fresh, "dflash", &prompt, (args.draft_len, top_k), args.reps)?;
+        timing.forward_median_us = Some(round::time_forward(&model, drafter, &prompt, args.reps)?);
+        eprintln!("dflash drafter round: {:.1} us after {} tokens", timing.median_us, timing.context);
+        cost = cost.with_draft_us(timing.median_us)?;
+        let beside = round::beside_verify(&cost, timing.median_us);
+        let estimates = round::estimates(&cost, &args.assume_tau, drafter.config.block_size);
+        let depth = timing.depths;
+        draft_round = Some((timing, beside, estimates));
+        let methods = spec_sweep::drafter_methods(args.spec_budget, depth, Some(&cost));
+        eprintln!("speculative methods: {} with the dflash drafter, {} tokens each", methods.len(), args.spec_tokens);
+        let make = || Ok(Box::new(DflashDrafter::new(drafter, &model)) as Box<dyn Drafter + '_>);
+        spec_rows = spec_sweep::compare_drafter(&model, &prompt, args.spec_tokens, &methods, "dflash", make, progress)?;
+    } else if args.spec {
+        let methods = spec_sweep::methods(args.spec_budget, args.draft_len, Some(&cost));
+        let ps = args.oracle_ps();
+        eprintln!("speculative methods: {} at p = {ps:?}, {} tokens each", methods.len(), args.spec_tokens);
+        spec_rows = spec_sweep::compare(&model, &prompt, args.spec_tokens, &ps, &methods, args.seed, progress)?;
+    }
+    spec_sweep::estimate(&mut spec_rows, &cost);
+    if let Some(path) = args.plot.as_ref().filter(|_| args.spec) {
+        kdtree_engine::spec::plot::write_svg(path, &spec_rows)?;
+    }
     cost.save(&cost_path)?;
     eprintln!("cost model saved to {}", cost_path.display());
-    let spec_rows = if args.spec {
-        let methods = spec_sweep::methods(args.spec_budget, args.draft_len, Some(&cost));
-        eprintln!(
-            "speculative methods: {} at p = {:?}, {} tokens each",
-            methods.len(),
-            args.oracle_p,
-            args.spec_tokens
-        );
-        let progress =
-            |r: &spec_sweep::SpecRow| eprintln!("  {} p={:?}: {:.1} tokens/s", r.method, r.p, r.decode_tokens_per_s);
-        let rows =
-            spec_sweep::compare(&model, &prompt, args.spec_tokens, &args.oracle_p, &methods, args.seed, progress)?;
-        if let Some(path) = &args.plot {
-            kdtree_engine::spec::plot::write_svg(path, &rows)?;
-        }
-        rows
-    } else {
-        Vec::new()
-    };
     let (variants, variants_json) = variant_table(&cuda);
     let rss_after = peak_rss();
     if args.json {
@@ -243,6 +319,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "contexts": contexts, "forwards": rows,
             "load_s": load_s, "peak_rss_before_load": rss_before, "peak_rss_after": rss_after,
             "w4a16_variants": variants_json, "cost_model": cost_path, "spec": spec_rows,
+            "draft_round": draft_round.as_ref().map(|(timing, beside, estimates)| serde_json::json!({
+                "timing": timing, "beside_verify": beside, "estimates": estimates,
+            })),
         });
         return emit(&format!("{out}\n"));
     }
@@ -265,9 +344,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     text += &format!("{kv_line}; room for {kv_room} tokens within --kv-memory\n");
     text += &table(&rows, copy_gbps);
     text += &context_table(&contexts);
+    if let Some((timing, beside, estimates)) = &draft_round {
+        text += &format!("\n{}", round::table(timing, beside, estimates));
+    }
     if !spec_rows.is_empty() {
+        let drafter = clap::ValueEnum::to_possible_value(&args.drafter).expect("every drafter has a name");
         text += &format!(
-            "\nspeculative decoding, noisy-oracle drafter, {} tokens after {first_context} of context:\n",
+            "\nspeculative decoding, {} drafter, {} tokens after {first_context} of context:\n",
+            drafter.get_name(),
             args.spec_tokens
         );
         text += &spec_sweep::table(&spec_rows);

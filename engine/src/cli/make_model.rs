@@ -137,12 +137,12 @@ fn print(args: &MakeModelArgs, s: &Summary, seconds: Option<f64>) -> anyhow::Res
     emit(&text)
 }
 
-fn gb(bytes: u64) -> String {
+pub(super) fn gb(bytes: u64) -> String {
     format!("{:.2} GB", bytes as f64 / 1e9)
 }
 
 /// A count of at least `min`; `why` says why fewer will not do.
-fn at_least(min: usize, why: &'static str) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync {
+pub(super) fn at_least(min: usize, why: &'static str) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync {
     move |text| match text.parse::<usize>() {
         Ok(n) if n < min => Err(format!("{n} is too few: {why}, so at least {min}")),
         Ok(n) => Ok(n),
@@ -152,7 +152,7 @@ fn at_least(min: usize, why: &'static str) -> impl Fn(&str) -> Result<usize, Str
 
 /// `4GiB`, `500MB`, `1048576`: bytes, with an optional decimal (KB, MB, GB) or binary (KiB, MiB,
 /// GiB) unit.
-fn parse_bytes(text: &str) -> Result<u64, String> {
+pub(super) fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (number, unit) = t.split_at(split);

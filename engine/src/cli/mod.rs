@@ -3,6 +3,7 @@
 mod backend;
 mod bench;
 mod generate;
+mod make_drafter;
 mod make_model;
 mod make_tiny;
 mod prompt;
@@ -30,6 +31,7 @@ enum Command {
     Generate(generate::GenerateArgs),
     Bench(bench::BenchArgs),
     MakeModel(make_model::MakeModelArgs),
+    MakeDrafter(make_drafter::MakeDrafterArgs),
     MakeTiny(make_tiny::MakeTinyArgs),
     Serve(serve::ServeArgs),
 }
@@ -40,6 +42,7 @@ impl Cli {
             Command::Generate(args) => generate::run(args),
             Command::Bench(args) => bench::run(args),
             Command::MakeModel(args) => make_model::run(args),
+            Command::MakeDrafter(args) => make_drafter::run(args),
             Command::MakeTiny(args) => make_tiny::run(args),
             Command::Serve(args) => serve::run(args),
         }

@@ -6,7 +6,8 @@
 //! T = 1 and ~280 at T = 64). A fixed budget that suits a dense model then buys tokens at many times
 //! their price. The model here is t(T), the median forward time that `kdtree-engine bench` measured
 //! at T tokens on this GPU for this model (with random tokens, so with the experts that T random
-//! tokens touch).
+//! tokens touch), plus the drafter's round where one was measured beside it: a model drafter (DFlash)
+//! pays one forward a round whatever the tree's size, which makes larger trees cheaper per token.
 
 use std::path::Path;
 
@@ -23,6 +24,11 @@ pub struct CostModel {
     pub model: String,
     /// (T, median forward µs), T ascending, T >= 1.
     pub points: Vec<(usize, f64)>,
+    /// A drafter round's median µs (its forward over the block and the per-depth top-K), paid once a
+    /// round whatever the tree's size; 0 where none was measured (a lookup drafter's round is
+    /// negligible), and in files written before it was.
+    #[serde(default)]
+    pub draft_us: f64,
 }
 
 impl CostModel {
@@ -38,7 +44,17 @@ impl CostModel {
         if points.windows(2).any(|w| w[0].0 >= w[1].0) {
             return bad("T must ascend");
         }
-        Ok(CostModel { device, model, points })
+        Ok(CostModel { device, model, points, draft_us: 0.0 })
+    }
+
+    /// The same model with a drafter round of `us` µs added to every round (finite, >= 0).
+    pub fn with_draft_us(self, us: f64) -> Result<CostModel> {
+        if !(us.is_finite() && us >= 0.0) {
+            return Err(EngineError::InvalidArgument(format!(
+                "cost model: a drafter round of {us} µs: it must be finite and >= 0"
+            )));
+        }
+        Ok(CostModel { draft_us: us, ..self })
     }
 
     /// The most bytes a cost model's file may have: its points are a few dozen.
@@ -49,6 +65,7 @@ impl CostModel {
         let m: CostModel = serde_json::from_str(&text)
             .map_err(|e| EngineError::InvalidArgument(format!("{}: not a cost model: {e}", path.display())))?;
         CostModel::new(m.device, m.model, m.points)
+            .and_then(|c| c.with_draft_us(m.draft_us))
             .map_err(|e| EngineError::InvalidArgument(format!("{}: {e}", path.display())))
     }
 
@@ -78,10 +95,23 @@ impl CostModel {
         lo.1 + f * (hi.1 - lo.1)
     }
 
+    /// A round's µs when it verifies T tokens: the forward t(T) and the drafter's round.
+    pub fn round_us(&self, t: usize) -> f64 {
+        self.us(t) + self.draft_us
+    }
+
+    /// The speed-up over greedy decoding (one forward t(1) a token) of rounds that verify T tokens
+    /// and accept `tau` of them, the root counted: `tau · t(1) / (t(T) + draft_us)`. Host work
+    /// outside the forward and the drafter (the tree, the walk) is not counted.
+    pub fn speedup(&self, tau: f64, t: usize) -> f64 {
+        tau * self.us(1) / self.round_us(t)
+    }
+
     /// How many of a best-first tree's nodes to verify: `scores` are its nodes' log q(prefix) in pop
     /// order (so every prefix of them is a tree, and the best one of its size). Verifying b nodes
     /// accepts 1 + Σ_{i<b} q_i tokens in expectation (the root always, node i when its whole path is
-    /// right) at the cost t(b + 1); the b with the most tokens per µs wins, the smaller on a tie.
+    /// right) in a round of [`Self::round_us`]`(b + 1)`; the b with the most tokens per µs wins, the
+    /// smaller on a tie. The drafter's round is paid whatever b is (it ran before the choice).
     ///
     /// Only the sizes the model measured are candidates (T = b + 1 one of its points), and b = 0, one
     /// greedy step: their prices are measured, not interpolated, and a size that recurs from round
@@ -89,10 +119,10 @@ impl CostModel {
     /// recorded again.
     pub fn choose(&self, scores: &[f64]) -> usize {
         let mut expected = 1.0;
-        let mut best = (expected / self.us(1), 0);
+        let mut best = (expected / self.round_us(1), 0);
         for (i, s) in scores.iter().enumerate() {
             expected += s.exp();
-            let rate = expected / self.us(i + 2);
+            let rate = expected / self.round_us(i + 2);
             if rate > best.0 && self.measured(i + 2) {
                 best = (rate, i + 1);
             }
@@ -135,9 +165,12 @@ mod tests {
     fn files_round_trip_and_bad_ones_name_themselves() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new folder").join("cost.json");
-        let m = model(vec![(1, 100.0), (4, 160.0)]);
+        let m = model(vec![(1, 100.0), (4, 160.0)]).with_draft_us(12.5).unwrap();
         m.save(&path).unwrap();
         assert_eq!(CostModel::load(&path).unwrap(), m);
+        // A file from before the drafter's round was measured: none.
+        std::fs::write(&path, r#"{"device": "g", "model": "m", "points": [[1, 100.0]]}"#).unwrap();
+        assert_eq!(CostModel::load(&path).unwrap().draft_us, 0.0);
         std::fs::write(&path, "{not json").unwrap();
         let e = CostModel::load(&path).unwrap_err().to_string();
         assert!(e.contains("cost.json") && e.contains("not a cost model"), "{e}");
@@ -157,6 +190,20 @@ mod tests {
         assert_eq!(every([100.0, 110.0, 120.0, 130.0, 140.0]).choose(&scores), 3);
         assert_eq!(model(vec![(1, 100.0)]).choose(&[]), 0);
         assert_eq!((every([1.0; 5]).max_nodes(), model(vec![(1, 100.0), (8, 100.0)]).max_nodes()), (4, 7));
+    }
+
+    #[test]
+    fn a_drafter_round_paid_every_round_makes_larger_trees_pay() {
+        let scores = [0.9f64.ln(), 0.8f64.ln(), 0.7f64.ln(), 0.01f64.ln()];
+        let steep = model((1..=5).zip([100.0, 200.0, 300.0, 400.0, 500.0]).collect());
+        assert_eq!(steep.choose(&scores), 0);
+        // With 1000 µs of drafting a round, 3.4 tokens for 1400 µs beat 1 for 1100.
+        let drafted = steep.clone().with_draft_us(1000.0).unwrap();
+        assert_eq!((drafted.round_us(4), drafted.choose(&scores)), (1400.0, 3));
+        // tau 3 at T = 4: 3 x 100 / 1400.
+        assert!((drafted.speedup(3.0, 4) - 300.0 / 1400.0).abs() < 1e-12);
+        assert_eq!(steep.speedup(3.0, 1), 3.0);
+        assert!(steep.clone().with_draft_us(f64::NAN).is_err() && steep.with_draft_us(-1.0).is_err());
     }
 
     #[test]

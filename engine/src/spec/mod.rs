@@ -9,7 +9,8 @@
 //! | chain speculation, and DDTree with a cost-aware size per round | [`Method`], [`CostModel`] |
 //! | a benchmark drafter that knows the answer and errs at a set rate | [`NoisyOracle`] |
 //! | `generate --spec ddtree|chain` beside plain greedy | [`SpecArgs`], [`Comparison`] |
-//! | `bench --spec`: every method at several oracle accuracies | [`sweep`] |
+//! | `bench --spec`: every method at several oracle accuracies, or with a model drafter | [`sweep`] |
+//! | `bench --spec --drafter dflash`: the drafter's round beside the target's verify forward | [`round`] |
 //!
 //! The output is exactly plain greedy decoding's: every committed token is the target's argmax after
 //! the committed text, and the backend is batch-invariant, so the tree forward's logits at a node
@@ -34,6 +35,7 @@ mod cost;
 mod decode;
 mod drafter;
 pub mod plot;
+pub mod round;
 pub mod sweep;
 mod tree;
 mod verify;

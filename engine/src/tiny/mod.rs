@@ -9,13 +9,17 @@
 //! their offsets. The values are seeded draws addressed by their index in the seed's stream, so
 //! the same spec writes the same bytes however the work is split.
 //!
+//! A DFlash drafter for a given target is written the same way ([`DrafterSpec`], [`write_drafter`]).
+//!
 //! | module | what |
 //! |---|---|
+//! | `drafter` | a DFlash drafter's config and tensors, checked against its target |
 //! | `plan` | the tensors, how their values are made, which shard holds them |
 //! | `fill` | the values of a piece of a tensor |
 //! | `shard` | a safetensors file written piece by piece |
 //! | `staging` | the folder written all or nothing |
 
+mod drafter;
 mod fill;
 mod plan;
 mod shard;
@@ -32,6 +36,7 @@ use serde_json::json;
 
 use crate::error::{EngineError, Result};
 use crate::model::{Config, Layout, Yarn};
+pub use drafter::{DrafterSpec, K2_5_MASK_TOKEN_ID, write_drafter};
 use plan::{GROUP, Unit};
 use shard::Shard;
 use staging::Staging;
@@ -292,22 +297,22 @@ impl TinySpec {
     pub fn summary(&self) -> Result<Summary> {
         self.check()?;
         let units = plan::units(self);
-        Ok(Summary::of(&units, &self.shards(&units)?))
+        Ok(Summary::of(&units, &shards(&units, self.sharding)?))
     }
+}
 
-    /// The shards of `units`, the plan of this spec, which [`Self::check`] accepted.
-    fn shards<'a>(&self, units: &'a [Unit]) -> Result<Vec<Shard<'a>>> {
-        let (shard_of, count) = plan::shard_of(units, self.sharding)?;
-        let mut members = vec![Vec::new(); count];
-        for (unit, &s) in units.iter().zip(&shard_of) {
-            members[s].push(unit);
-        }
-        members
-            .into_iter()
-            .enumerate()
-            .map(|(i, units)| Shard::new(format!("model-{:05}-of-{count:05}.safetensors", i + 1), units))
-            .collect()
+/// The shards of `units` (a checked spec's plan), split as `sharding` says.
+fn shards(units: &[Unit], sharding: Sharding) -> Result<Vec<Shard<'_>>> {
+    let (shard_of, count) = plan::shard_of(units, sharding)?;
+    let mut members = vec![Vec::new(); count];
+    for (unit, &s) in units.iter().zip(&shard_of) {
+        members[s].push(unit);
     }
+    members
+        .into_iter()
+        .enumerate()
+        .map(|(i, units)| Shard::new(format!("model-{:05}-of-{count:05}.safetensors", i + 1), units))
+        .collect()
 }
 
 /// The files of a generated model and their bytes.
@@ -368,14 +373,26 @@ impl Summary {
 /// bytes of each piece of tensor data written.
 pub fn write_model(dir: &Path, spec: &TinySpec, progress: &(dyn Fn(u64) + Sync)) -> Result<Summary> {
     spec.check()?;
-    let units = plan::units(spec);
-    let shards = spec.shards(&units)?;
+    write_folder(dir, &spec.config_json(), &plan::units(spec), spec.sharding, spec.seed, progress)
+}
+
+/// Writes `config` as config.json and the tensors of `units` (drawn from `seed`'s stream) as shards
+/// split by `sharding`, with their index, into `dir`: all or nothing, as [`write_model`] says.
+fn write_folder(
+    dir: &Path,
+    config: &serde_json::Value,
+    units: &[Unit],
+    sharding: Sharding,
+    seed: u64,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Summary> {
+    let shards = shards(units, sharding)?;
     let mut folder = Staging::create(dir)?;
-    let config = serde_json::to_string_pretty(&spec.config_json()).expect("JSON values serialize");
+    let config = serde_json::to_string_pretty(config).expect("JSON values serialize");
     folder.stage("config.json", |file, path| write_text(file, path, &config))?;
     let mut weight_map = BTreeMap::new();
     for shard in &shards {
-        folder.stage(&shard.name, |file, path| shard.write(file, path, spec.seed, progress))?;
+        folder.stage(&shard.name, |file, path| shard.write(file, path, seed, progress))?;
         for t in shard.units.iter().flat_map(|u| &u.tensors) {
             weight_map.insert(t.name.clone(), shard.name.clone());
         }
@@ -384,7 +401,7 @@ pub fn write_model(dir: &Path, spec: &TinySpec, progress: &(dyn Fn(u64) + Sync))
     let index = json!({"metadata": {"total_size": total_size}, "weight_map": weight_map});
     folder.stage("model.safetensors.index.json", |file, path| write_text(file, path, &index.to_string()))?;
     folder.commit()?;
-    Ok(Summary::of(&units, &shards))
+    Ok(Summary::of(units, &shards))
 }
 
 /// Writes `text` into `file`; errors name `path`, where the file is going.

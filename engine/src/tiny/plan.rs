@@ -69,7 +69,7 @@ impl Unit {
 
 /// Every unit of the checkpoint, in the order their values are drawn.
 pub(crate) fn units(spec: &TinySpec) -> Vec<Unit> {
-    let mut b = Builder { units: Vec::new(), next_draw: 0, f32: spec.f32_weights };
+    let mut b = Builder::new(spec.f32_weights);
     let (h, heads) = (spec.hidden_size, spec.num_attention_heads);
     let qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim;
     b.bf16("model.embed_tokens.weight", &[spec.vocab_size, h], 1.0);
@@ -170,7 +170,8 @@ pub(crate) fn tensor_count(spec: &TinySpec) -> Option<u64> {
     per_layer.checked_add(feed_forward)?.checked_add(3 + vision)
 }
 
-struct Builder {
+/// Lays out units one after another in the seed's stream.
+pub(super) struct Builder {
     units: Vec<Unit>,
     next_draw: u64,
     /// Dense weights and norms in f32.
@@ -178,6 +179,15 @@ struct Builder {
 }
 
 impl Builder {
+    /// An empty plan; `f32`: dense weights and norms in f32 rather than bf16.
+    pub(super) fn new(f32: bool) -> Self {
+        Builder { units: Vec::new(), next_draw: 0, f32 }
+    }
+
+    pub(super) fn into_units(self) -> Vec<Unit> {
+        self.units
+    }
+
     fn push(&mut self, tensors: Vec<Meta>, fill: Fill) {
         let unit = Unit { tensors, fill, first_draw: self.next_draw };
         self.next_draw += unit.draws();
@@ -185,7 +195,7 @@ impl Builder {
     }
 
     /// A dense weight: bf16, or f32 for a spec of f32 weights (the same draws, not rounded).
-    fn bf16(&mut self, name: &str, shape: &[usize], scale: f32) {
+    pub(super) fn bf16(&mut self, name: &str, shape: &[usize], scale: f32) {
         let (dtype, fill) = if self.f32 {
             (StDtype::F32, Fill::UniformF32 { scale })
         } else {
@@ -194,14 +204,14 @@ impl Builder {
         self.push(vec![Meta::new(name.into(), dtype, shape)], fill);
     }
 
-    fn norm(&mut self, name: &str, len: usize) {
+    pub(super) fn norm(&mut self, name: &str, len: usize) {
         let (dtype, fill) = if self.f32 { (StDtype::F32, Fill::NormF32) } else { (StDtype::BF16, Fill::Norm) };
         self.push(vec![Meta::new(name.into(), dtype, &[len])], fill);
     }
 
     /// `{module}.weight` `[n, k]` (or its INT4 form), uniform with variance 1/k, so that a unit-RMS
     /// input gives a unit-RMS output.
-    fn linear(&mut self, module: &str, n: usize, k: usize, int4: bool) {
+    pub(super) fn linear(&mut self, module: &str, n: usize, k: usize, int4: bool) {
         let scale = (3.0 / k as f32).sqrt();
         if !int4 {
             return self.bf16(&format!("{module}.weight"), &[n, k], scale);
@@ -214,7 +224,7 @@ impl Builder {
         self.push(tensors, Fill::Int4 { n, k, scale });
     }
 
-    fn mlp(&mut self, prefix: &str, h: usize, inter: usize, int4: bool) {
+    pub(super) fn mlp(&mut self, prefix: &str, h: usize, inter: usize, int4: bool) {
         self.linear(&format!("{prefix}.gate_proj"), inter, h, int4);
         self.linear(&format!("{prefix}.up_proj"), inter, h, int4);
         self.linear(&format!("{prefix}.down_proj"), h, inter, int4);

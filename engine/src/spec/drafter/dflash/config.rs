@@ -130,6 +130,12 @@ impl DflashConfig {
         Ok(config)
     }
 
+    /// The reference's `build_target_layer_ids`: the target layers a drafter of `draft_layers` layers
+    /// reads when its config lists none, for a target of `target_layers` layers.
+    pub fn reference_layer_ids(target_layers: usize, draft_layers: usize) -> Vec<usize> {
+        default_target_layer_ids(target_layers, draft_layers)
+    }
+
     /// Width of a context row as the target hands it: one hidden state per listed layer.
     pub fn tap_width(&self) -> usize {
         self.target_layer_ids.len() * self.hidden_size
@@ -262,6 +268,8 @@ mod tests {
         // 36 target layers, 5 drafter layers: evenly from the second layer (1) to the fourth-last (33).
         assert_eq!(default_target_layer_ids(36, 5), [1, 9, 17, 25, 33]);
         assert_eq!(default_target_layer_ids(61, 1), [30]);
+        // Kimi-K2.5-DFlash's: 6 drafter layers over K2.5's 61.
+        assert_eq!(default_target_layer_ids(61, 6), [1, 12, 24, 35, 47, 58]);
         // 2.5 rounds to 2, as Python's round does.
         assert_eq!(default_target_layer_ids(7, 3), [1, 2, 4]);
     }
