@@ -15,8 +15,12 @@
 
 pub mod mutate;
 
+use std::cell::Cell;
+
 use kdtree_jit::w4a16::dense::DenseVariant;
+use kdtree_jit::{Arch, Compiled, Variant, compile_all_for};
 use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
 
 /// Random (M, N, K) that `v` supports, mostly not multiples of its tiles: M in 1..=bm for gemv and
 /// stream, 1..=3 bm for mma and wgmma (bm: the token tile), so partial and several row blocks; N in
@@ -39,6 +43,37 @@ pub fn draft_tree(n: usize) -> impl Strategy<Value = Vec<Option<usize>>> {
         };
         picks.iter().enumerate().map(parent).collect()
     })
+}
+
+/// Runs `cases` random cases of `strategy(v)` through `check` for every variant v of `variants`, each
+/// compiled for `arch_of` it (no cache) and loaded by `load`: one proptest runner per variant, since
+/// a runner counts its cases across runs. Panics on the first failing case, which proptest shrinks
+/// and names. Returns the largest value `check` returned (an error over its bound, say) and the
+/// variant that gave it.
+pub fn each_variant<V: Variant, K, S: Strategy>(
+    variants: &[V],
+    arch_of: impl Fn(&V) -> Arch + Sync,
+    load: impl Fn(V, &Compiled) -> K,
+    cases: u32,
+    strategy: impl Fn(&V) -> S,
+    check: impl Fn(&K, S::Value) -> Result<f32, TestCaseError>,
+) -> (f32, String) {
+    let mut worst = (0f32, String::new());
+    for (v, compiled) in compile_all_for(variants, arch_of, None, |_| {}) {
+        let (name, strategy) = (v.name(), strategy(&v));
+        let kernel = load(v, &compiled.unwrap_or_else(|e| panic!("{name} does not compile: {e}")));
+        let here = Cell::new(0f32);
+        TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
+            .run(&strategy, |value| {
+                here.set(here.get().max(check(&kernel, value)?));
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        if here.get() > worst.0 {
+            worst = (here.get(), name);
+        }
+    }
+    worst
 }
 
 #[cfg(test)]

@@ -5,17 +5,15 @@
 //! computed alone, bit for bit. Run on a GPU machine:
 //! `cargo test --release -p kdtree-fuzz --test gpu_dense16 -- --ignored`.
 
-use std::cell::Cell;
-
+use kdtree_fuzz::each_variant;
 use kdtree_jit::dense16::reference::product;
 use kdtree_jit::dense16::{Dense16, Dense16Kernel, dense16_host};
 use kdtree_jit::tune::problem::{from_bits, to_bits};
-use kdtree_jit::{Arch, Gpu, Target, Variant, compile_all};
+use kdtree_jit::{Arch, Gpu, Target, Variant};
 use kdtree_quant::Dtype;
 use kdtree_quant::sample::symmetric;
 use proptest::prelude::*;
 use proptest::sample::Index;
-use proptest::test_runner::{Config, TestRunner};
 
 /// One product's inputs, drawn at random.
 #[derive(Clone, Debug)]
@@ -75,26 +73,11 @@ fn check(gpu: &Gpu, kernel: &Dense16Kernel, l: &Launch, alone: Index) -> Result<
 fn every_valid_streamed_variant_matches_the_reference() {
     let gpu = Gpu::open(0).expect("a GPU");
     let variants = Dense16::valid(&Target { arch: gpu.arch });
-    let mut worst = (0f32, String::new());
-    let mut checked = 0;
-    for (v, c) in compile_all(&variants, gpu.arch, None, |_| {}) {
-        let kernel = Dense16Kernel::load(&gpu, v, &c.expect("every valid variant compiles")).expect("loads");
-        let worst_here = Cell::new(0f32);
-        // One runner per variant: a runner counts its cases across runs.
-        TestRunner::new(Config { cases: 3, failure_persistence: None, ..Config::default() })
-            .run(&(launch(), any::<Index>()), |(l, row)| {
-                worst_here.set(worst_here.get().max(check(&gpu, &kernel, &l, row)?));
-                Ok(())
-            })
-            .unwrap();
-        if worst_here.get() > worst.0 {
-            worst = (worst_here.get(), v.name());
-        }
-        checked += 1;
-    }
-    assert_eq!(checked, variants.len());
-    let (e, name) = worst;
-    println!("{checked} variants, 3 random products each, within the bound; worst {e:.3} of it ({name})");
+    assert!(!variants.is_empty());
+    let load = |v, c: &_| Dense16Kernel::load(&gpu, v, c).expect("loads");
+    let strategy = |_: &_| (launch(), any::<Index>());
+    let (e, name) = each_variant(&variants, |_| gpu.arch, load, 3, strategy, |k, (l, row)| check(&gpu, k, &l, row));
+    println!("{} variants, 3 random products each, within the bound; worst {e:.3} of it ({name})", variants.len());
 }
 
 /// Runs without a GPU: the variants this suite draws from exist on the arch it runs on.

@@ -6,13 +6,12 @@
 //! references on random shapes. Run on a GPU machine:
 //! `cargo test --release -p kdtree-fuzz --test gpu_mla -- --ignored`.
 
-use std::cell::Cell;
-
+use kdtree_fuzz::each_variant;
 use kdtree_jit::mla::reference::{Weights, absorb_query, attention, unabsorb_output};
 use kdtree_jit::mla::{
     AuxKernel, MlaAux, MlaDecode, MlaKernel, MlaShape, NewMask, absorb_host, mla_host, unabsorb_host,
 };
-use kdtree_jit::{Gpu, Target, Variant, compile_all_for};
+use kdtree_jit::{Gpu, Target, Variant};
 use kdtree_quant::Dtype;
 use kdtree_quant::sample::symmetric;
 use proptest::collection::vec;
@@ -135,27 +134,15 @@ fn check(gpu: &Gpu, kernel: &MlaKernel, l: &Launch, alone: Index, alone_page: us
 fn every_valid_decode_variant_matches_the_reference() {
     let gpu = Gpu::open(0).expect("a GPU");
     let variants = MlaDecode::valid_on(gpu.arch);
-    let mut worst = (0f32, String::new());
-    let mut checked = 0;
-    for (v, c) in compile_all_for(&variants, |v| v.compile_arch(gpu.arch), None, |_| {}) {
-        let kernel = MlaKernel::load(&gpu, v, &c.expect("every valid variant compiles")).expect("loads");
-        let alone = (any::<Index>(), select(vec![1usize, 16, 128]));
-        let worst_here = Cell::new(0f32);
-        // One runner per variant: a runner counts its cases across runs.
-        TestRunner::new(Config { cases: 4, failure_persistence: None, ..Config::default() })
-            .run(&(launch(), alone), |(l, (row, page))| {
-                worst_here.set(worst_here.get().max(check(&gpu, &kernel, &l, row, page)?));
-                Ok(())
-            })
-            .unwrap();
-        if worst_here.get() > worst.0 {
-            worst = (worst_here.get(), v.name());
-        }
-        checked += 1;
-    }
-    assert_eq!(checked, variants.len());
-    let (e, name) = worst;
-    println!("{checked} variants, 4 random launches each, within tolerance; worst {e:.3} of the bound ({name})");
+    assert!(!variants.is_empty());
+    let load = |v, c: &_| MlaKernel::load(&gpu, v, c).expect("loads");
+    let strategy = |_: &_| (launch(), (any::<Index>(), select(vec![1usize, 16, 128])));
+    let check = |k: &MlaKernel, (l, (row, page))| check(&gpu, k, &l, row, page);
+    let (e, name) = each_variant(&variants, |v| v.compile_arch(gpu.arch), load, 4, strategy, check);
+    println!(
+        "{} variants, 4 random launches each, within tolerance; worst {e:.3} of the bound ({name})",
+        variants.len()
+    );
 }
 
 #[test]
