@@ -15,8 +15,10 @@
 //!
 //! The GPU family (`templates/mla_decode.cu.tera`): block (row, group of `hb` heads, split) runs
 //! one split of the row's compact sequence on the tensor cores, a second entry merges the splits by
-//! log-sum-exp. Tiles and splits are cut from the compact sequence by its length alone, so a row's
-//! bits do not depend on how many rows run with it: a tree row equals the same row decoded alone.
+//! log-sum-exp. Two forms ([`MlaMma`]): `mma` (mma.sync, every arch) and `wgmma` (Hopper's
+//! warpgroup MMA on all 64 heads of a row, sm_90a; the default on sm_90). Tiles and splits are cut
+//! from the compact sequence by its length alone, so a row's bits do not depend on how many rows
+//! run with it: a tree row equals the same row decoded alone.
 //!
 //! ```no_run
 //! use kdtree_jit::mla::{MlaDecode, MlaKernel, MlaShape, NewMask, mla_host};
@@ -44,7 +46,7 @@ pub use aux::AuxKernel;
 pub use companions::{Companions, absorb_host, unabsorb_host};
 pub use launch::{CacheValue, DeviceMask, MlaBuffers, MlaKernel, PagedCache, mla_host, shape_error, upload_cache};
 pub use reference::NewMask;
-pub use space::{MlaAux, MlaDecode};
+pub use space::{MlaAux, MlaDecode, MlaMma};
 
 /// MLA's sizes as the absorbed form sees them.
 #[derive(Clone, Copy, Debug, PartialEq)]
