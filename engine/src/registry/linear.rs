@@ -153,18 +153,23 @@ impl HostLinear {
         }
     }
 
-    /// Whether [`HostLinear::stack`] takes `self` and `other`: both dense in one dtype, or both INT4
-    /// with one group size and scale dtype (K aside).
-    pub fn same_format(&self, other: &HostLinear) -> bool {
+    /// Why [`HostLinear::stack`] cannot take `self` and `other` (K aside), if it cannot: both must
+    /// be dense in one dtype, or both INT4 with one group size and scale dtype.
+    fn format_mismatch(&self, other: &HostLinear) -> Option<&'static str> {
         match (self, other) {
             (HostLinear::Dense(x), HostLinear::Dense(y)) => {
-                std::mem::discriminant(&x.values) == std::mem::discriminant(&y.values)
+                (std::mem::discriminant(&x.values) != std::mem::discriminant(&y.values)).then_some("dtypes")
             }
-            (HostLinear::Int4(x), HostLinear::Int4(y)) => {
-                x.group_size == y.group_size && x.scales.dtype == y.scales.dtype
-            }
-            _ => false,
+            (HostLinear::Int4(x), HostLinear::Int4(y)) => (x.group_size != y.group_size
+                || x.scales.dtype != y.scales.dtype)
+                .then_some("group sizes or scale dtypes"),
+            _ => Some("formats (dense and INT4)"),
         }
+    }
+
+    /// Whether [`HostLinear::stack`] takes `self` and `other` (K aside).
+    pub fn same_format(&self, other: &HostLinear) -> bool {
+        self.format_mismatch(other).is_none()
     }
 
     /// `[a; b]`: the rows of `b` after those of `a`, in one weight (gate and up as one GEMM). Every
@@ -182,7 +187,10 @@ impl HostLinear {
         if a.k() != b.k() {
             return Err(mismatch("K"));
         }
-        match (&a, &b) {
+        if let Some(what) = a.format_mismatch(&b) {
+            return Err(mismatch(what));
+        }
+        Ok(match (&a, &b) {
             (HostLinear::Dense(x), HostLinear::Dense(y)) => {
                 let values = match (&x.values, &y.values) {
                     (DenseValues::F32(p), DenseValues::F32(q)) => DenseValues::F32([&p[..], q].concat()),
@@ -190,20 +198,17 @@ impl HostLinear {
                     (DenseValues::F16(p), DenseValues::F16(q)) => DenseValues::F16([&p[..], q].concat()),
                     _ => return Err(mismatch("dtypes")),
                 };
-                Ok(HostLinear::Dense(DenseWeight { n: x.n + y.n, k: x.k, values }))
+                HostLinear::Dense(DenseWeight { n: x.n + y.n, k: x.k, values })
             }
             (HostLinear::Int4(x), HostLinear::Int4(y)) => {
-                if x.group_size != y.group_size || x.scales.dtype != y.scales.dtype {
-                    return Err(mismatch("group sizes or scale dtypes"));
-                }
                 let scales = Scales { dtype: x.scales.dtype, bits: [&x.scales.bits[..], &y.scales.bits].concat() };
                 let packed = [&x.packed[..], &y.packed].concat();
                 let q = QuantizedWeight::from_parts("stacked", x.n + y.n, x.k, x.group_size, packed, scales)
                     .map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
-                Ok(HostLinear::Int4(q))
+                HostLinear::Int4(q)
             }
-            _ => Err(mismatch("formats (dense and INT4)")),
-        }
+            _ => return Err(mismatch("formats (dense and INT4)")),
+        })
     }
 }
 
@@ -235,6 +240,27 @@ mod tests {
         assert_eq!(d.rows(3..5).unwrap(), dense(&b, 2, 32));
         assert_eq!(d.rows(2..2).unwrap().n(), 0);
         assert!(d.rows(4..6).is_err());
+    }
+
+    #[test]
+    fn same_format_says_what_stack_takes() {
+        let a = values(2 * 64, 3);
+        let dense = |v: DenseValues| HostLinear::Dense(DenseWeight::new(2, 64, v).unwrap());
+        let f32s = dense(DenseValues::F32(a.clone()));
+        let bf16s = dense(DenseValues::F32(a.clone()).into_dtype(crate::registry::ComputeDtype::Bf16));
+        let g32 = HostLinear::Int4(QuantizedWeight::quantize(&a, 2, 64, 32, Dtype::Bf16).unwrap());
+        let g64 = HostLinear::Int4(QuantizedWeight::quantize(&a, 2, 64, 64, Dtype::Bf16).unwrap());
+        let all = [f32s, bf16s, g32, g64];
+        for (i, x) in all.iter().enumerate() {
+            for (j, y) in all.iter().enumerate() {
+                let stacked = HostLinear::stack(x.clone(), y.clone());
+                assert_eq!(x.same_format(y), i == j, "{i} {j}");
+                assert_eq!(stacked.is_ok(), i == j, "{i} {j}");
+                if let Err(e) = stacked {
+                    assert!(e.to_string().contains("differ"), "{e}");
+                }
+            }
+        }
     }
 
     #[test]
