@@ -51,17 +51,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
         const u16* src = q + ((size_t)row * heads + (ok ? head0 + h : 0)) * width;
         for (int piece = lp; piece < chunks; piece += LPR) cp_async16(q_s + (h * qs + piece * 8) * 2, src + piece * 8, ok);
     }
-    const u64 page_mask = (1ull << page_shift) - 1;
     // Tile k of this split into slot: compact entries past `end` are zero-filled, never read.
     auto load_tile = [&](int k, int slot) {
         for (int r = lr; r < BN; r += THREADS / LPR) {
             const int ci = start + k * BN + r;
             const bool ok = ci < end;
             const u16* src = q;
-            if (ok) {
-                const u64 e = ci < past ? (u64)ci : (u64)past + vis[ci - past];
-                src = (const u16*)table[e >> page_shift] + (((u64)layer << page_shift) + (e & page_mask)) * width;
-            }
+            if (ok) src = entry_at(table, past, vis, ci, layer, page_shift, width);
             const u32 dst = kv_s + slot * tile_bytes + r * qs * 2;
             for (int piece = lp; piece < chunks; piece += LPR) cp_async16(dst + piece * 16, src + (ok ? piece * 8 : 0), ok);
         }

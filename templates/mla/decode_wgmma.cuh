@@ -91,7 +91,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
         const bool ok = head0 + h < heads;
         load_row(q_s, QBLOCK, h, q + ((size_t)row * heads + (ok ? head0 + h : 0)) * width, ok);
     }
-    const u64 page_mask = (1ull << page_shift) - 1;
     // Warpgroup 1 copies the tiles, so that warpgroup 0 starts S as soon as a tile has landed, with
     // no copies of its own to issue first: LPR lanes a row, rows cr, cr + 16, ... A tile's copies take
     // their rows' sources from `src` (null past `end`: zero-filled, never read), which `locate` fills
@@ -105,11 +104,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
             const int ci = start + k * BN + cr + i * (COPIERS / LPR);
-            src[i] = nullptr;
-            if (k < ntiles && ci < end) {
-                const u64 e = ci < past ? (u64)ci : (u64)past + vis[ci - past];
-                src[i] = (const u16*)table[e >> page_shift] + (((u64)layer << page_shift) + (e & page_mask)) * width;
-            }
+            src[i] = k < ntiles && ci < end ? entry_at(table, past, vis, ci, layer, page_shift, width) : nullptr;
         }
     };
     auto load_tile = [&](int slot) {

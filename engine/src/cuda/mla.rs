@@ -142,7 +142,7 @@ impl LatentKernels {
     ) -> Result<CudaSlice<f32>> {
         match self {
             LatentKernels::Bf16(k) => gather(&k.gpu, &k.aux, table, h, layer, idx),
-            LatentKernels::F32(k) => gather(&k.gpu, k.kernel(), table, h, layer, idx),
+            LatentKernels::F32(k) => gather(&k.gpu, &k.kernel, table, h, layer, idx),
         }
     }
 
@@ -163,7 +163,7 @@ impl LatentKernels {
         let (latent, k_rope, at) = (latent.as_view(), k_rope.as_view(), at.as_view());
         Ok(match self {
             LatentKernels::Bf16(k) => k.aux.append(&k.gpu, &h.mla, n, &latent, &k_rope, &cache, &at),
-            LatentKernels::F32(k) => k.kernel().append(&k.gpu, &h.mla, n, &latent, &k_rope, &cache, &at),
+            LatentKernels::F32(k) => k.kernel.append(&k.gpu, &h.mla, n, &latent, &k_rope, &cache, &at),
         }?)
     }
 

@@ -16,7 +16,7 @@ use crate::registry::Heads;
 /// The f32 MLA kernels of one GPU.
 pub struct MlaF32Kernels {
     pub(super) gpu: Gpu,
-    kernel: MlaF32Kernel,
+    pub(super) kernel: MlaF32Kernel,
 }
 
 impl std::fmt::Debug for MlaF32Kernels {
@@ -34,10 +34,6 @@ impl MlaF32Kernels {
 
     pub fn variant(&self) -> &MlaF32 {
         self.kernel.variant()
-    }
-
-    pub(super) fn kernel(&self) -> &MlaF32Kernel {
-        &self.kernel
     }
 
     /// Absorbed attention of the batch's queries `q` (`[n, heads, nope + rope]` f32, rope applied) over
