@@ -9,6 +9,7 @@ mod gpu_common;
 
 use std::path::{Path, PathBuf};
 
+use kdtree_engine::cpu::CpuBackend;
 use kdtree_engine::registry::Backend;
 use kdtree_engine::spec::{
     DflashContext, DflashDrafter, DflashModel, Draft, Drafter, Method, TreeLimits, speculative_generate,
@@ -82,33 +83,63 @@ fn argmax(row: &[f32]) -> usize {
     (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best })
 }
 
-#[test]
-fn drafts_match_the_reference_implementation() {
+/// The drafter on `target`'s backend against the reference's logits of every case and round: the
+/// largest difference as a share of the logits' scale is under `bound`, and the top-1 token is the
+/// reference's wherever the reference's own margin between its first two exceeds twice that.
+fn matches_the_reference<B: Backend>(target: &Model<B>, bound: f64) {
     let f = fixture();
-    let (_target_dir, target) = target(f.target_seed);
     let vocab = target.config.vocab_size;
     for case in &f.cases {
         let dir = drafter_with(|c| c["dflash_config"].as_object_mut().unwrap().extend(case.dflash_config.clone()));
-        let drafter = DflashModel::load(dir.path(), &target.config).unwrap();
+        let drafter = DflashModel::load(dir.path(), target).unwrap();
         assert_eq!(drafter.config.block_size, f.block_size);
-        let mut ctx = drafter.new_context();
+        let mut ctx = drafter.new_context().unwrap();
         let scale = case.rounds.iter().flat_map(|r| r.logits.iter().flatten()).fold(0f64, |m, v| m.max(v.abs()));
-        let mut worst = 0f64;
+        let (mut worst, mut decided) = (0f64, 0);
         for (r, round) in case.rounds.iter().enumerate() {
             drafter.extend_context(&mut ctx, &flat(&round.taps)).unwrap();
-            let ours = drafter.draft_logits(&target, &ctx, round.bonus).unwrap();
+            let ours = drafter.draft_logits(target, &ctx, round.bonus).unwrap();
             assert_eq!(ours.len(), round.logits.len() * vocab);
             for (depth, (row, expect)) in ours.chunks(vocab).zip(&round.logits).enumerate() {
                 for (&a, &b) in row.iter().zip(expect) {
                     worst = worst.max((a as f64 - b).abs() / scale);
                 }
                 let best = (0..vocab).fold(0, |best, i| if expect[i] > expect[best] { i } else { best });
-                assert_eq!(argmax(row), best, "{}: round {r}, depth {}: top-1 differs", case.name, depth + 1);
+                let runner_up = (0..vocab).filter(|&i| i != best).map(|i| expect[i]).fold(f64::MIN, f64::max);
+                if expect[best] - runner_up > 2.0 * bound * scale {
+                    decided += 1;
+                    assert_eq!(argmax(row), best, "{}: round {r}, depth {}: top-1 differs", case.name, depth + 1);
+                }
             }
         }
-        eprintln!("{}: largest difference {worst:e} of the logits' scale {scale}", case.name);
-        assert!(worst < BOUND, "{}: largest difference {worst:e} of the logits' scale {scale}", case.name);
+        eprintln!("{}: largest difference {worst:e} of the logits' scale {scale}; {decided} top-1s decided", case.name);
+        assert!(worst < bound, "{}: largest difference {worst:e} of the logits' scale {scale}", case.name);
+        assert!(decided > 0, "{}: no top-1 was decided at this bound", case.name);
     }
+}
+
+#[test]
+fn drafts_match_the_reference_implementation() {
+    let (_target_dir, target) = target(fixture().target_seed);
+    matches_the_reference(&target, BOUND);
+}
+
+/// The bound on the GPU: the drafter's GEMMs take bf16 inputs there (cuBLAS with bf16 operands, as
+/// the target's own dense layers), so every activation is rounded to bf16 before each linear, where
+/// the reference keeps f32: ~2^-8 relative a rounding, through two layers and the LM head.
+const GPU_BOUND: f64 = 3e-2;
+
+#[test]
+#[ignore = "needs a GPU"]
+fn drafts_match_the_reference_implementation_on_the_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), &TinySpec { seed: fixture().target_seed, ..TinySpec::default() }).unwrap();
+    matches_the_reference(&on_gpu(dir.path()), GPU_BOUND);
+}
+
+fn on_gpu(dir: &Path) -> Model<kdtree_engine::cuda::CudaBackend> {
+    let backend = kdtree_engine::cuda::CudaBackend::open(&gpu_common::options()).expect("a GPU");
+    Model::load_on(dir, std::sync::Arc::new(backend)).unwrap()
 }
 
 /// The context rows of a round, however they were appended (all at once, a round at a time, or past a
@@ -117,21 +148,21 @@ fn drafts_match_the_reference_implementation() {
 fn the_context_is_the_same_however_it_was_appended() {
     let f = fixture();
     let (_target_dir, target) = target(f.target_seed);
-    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target.config).unwrap();
+    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target).unwrap();
     let rounds = &f.cases[0].rounds;
-    let draft = |ctx: &DflashContext| drafter.draft_logits(&target, ctx, rounds[2].bonus).unwrap();
+    let draft = |ctx: &DflashContext<CpuBackend>| drafter.draft_logits(&target, ctx, rounds[2].bonus).unwrap();
 
-    let mut stepwise = drafter.new_context();
+    let mut stepwise = drafter.new_context().unwrap();
     for round in rounds {
         drafter.extend_context(&mut stepwise, &flat(&round.taps)).unwrap();
     }
-    let mut at_once = drafter.new_context();
+    let mut at_once = drafter.new_context().unwrap();
     drafter.extend_context(&mut at_once, &rounds.iter().flat_map(|r| flat(&r.taps)).collect::<Vec<_>>()).unwrap();
     assert_eq!(at_once.len(), stepwise.len());
     assert_eq!(draft(&at_once), draft(&stepwise));
 
     // Rejected rows appended and dropped again leave no trace.
-    let mut rolled_back = drafter.new_context();
+    let mut rolled_back = drafter.new_context().unwrap();
     drafter.extend_context(&mut rolled_back, &flat(&rounds[0].taps)).unwrap();
     drafter.extend_context(&mut rolled_back, &flat(&rounds[0].taps)).unwrap();
     rolled_back.truncate(rounds[0].taps.len());
@@ -156,7 +187,7 @@ fn a_drafter_that_does_not_fit_its_target_is_refused_by_key() {
     let (_target_dir, target) = target(0);
     let refused = |edit: fn(&mut serde_json::Value)| {
         let dir = drafter_with(edit);
-        config_error(DflashModel::load(dir.path(), &target.config).unwrap_err())
+        config_error(DflashModel::load(dir.path(), &target).unwrap_err())
     };
     let (key, reason) = refused(|c| c["hidden_size"] = 32.into());
     assert_eq!(key, "hidden_size");
@@ -192,7 +223,7 @@ fn what_the_engine_does_not_run_is_refused_by_name() {
     let (_target_dir, target) = target(0);
     let refused = |edit: fn(&mut serde_json::Value)| {
         let dir = drafter_with(edit);
-        config_error(DflashModel::load(dir.path(), &target.config).unwrap_err())
+        config_error(DflashModel::load(dir.path(), &target).unwrap_err())
     };
     let (key, reason) = refused(|c| c["architectures"] = serde_json::json!(["DFlash2DraftModel"]));
     assert_eq!(key, "architectures");
@@ -211,19 +242,19 @@ fn tensors_that_do_not_match_the_config_are_named() {
     let (_target_dir, target) = target(0);
     // One target layer: fc must be [64, 64], the file's is [64, 128].
     let dir = drafter_with(|c| c["dflash_config"]["target_layer_ids"] = serde_json::json!([1]));
-    let e = DflashModel::load(dir.path(), &target.config).unwrap_err();
+    let e = DflashModel::load(dir.path(), &target).unwrap_err();
     assert!(matches!(&e, EngineError::ShapeMismatch { tensor, .. } if tensor == "fc.weight"), "{e}");
     // A third layer the file does not hold.
     let dir = drafter_with(|c| c["num_hidden_layers"] = 3.into());
-    let e = DflashModel::load(dir.path(), &target.config).unwrap_err();
+    let e = DflashModel::load(dir.path(), &target).unwrap_err();
     assert!(matches!(&e, EngineError::MissingTensor { tensor, .. } if tensor.starts_with("layers.2.")), "{e}");
 }
 
 #[test]
 fn bad_rounds_are_errors() {
     let (_target_dir, target) = target(0);
-    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target.config).unwrap();
-    let mut ctx = drafter.new_context();
+    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target).unwrap();
+    let mut ctx = drafter.new_context().unwrap();
     let width = drafter.config.tap_width();
     let e = drafter.extend_context(&mut ctx, &vec![0.5; width + 1]).unwrap_err();
     assert!(matches!(e, EngineError::InvalidArgument(_)), "{e}");
@@ -273,7 +304,7 @@ fn taps_are_the_hidden_states_the_logits_come_from() {
 
 /// Passes everything to a DFlash drafter and keeps what it was committed.
 struct Recording<'m> {
-    inner: DflashDrafter<'m, kdtree_engine::cpu::CpuBackend>,
+    inner: DflashDrafter<'m, CpuBackend>,
     committed: Vec<f32>,
 }
 
@@ -295,7 +326,7 @@ impl Drafter for Recording<'_> {
 #[test]
 fn ddtree_with_a_dflash_drafter_is_greedy_exact_and_commits_only_accepted_features() {
     let (_target_dir, target) = target(0);
-    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target.config).unwrap();
+    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target).unwrap();
     let prompt = [5u32, 17, 42, 9, 200, 31];
     let max_new = 24;
     let greedy = greedy_generate(&target, &prompt, max_new, &[]).unwrap();
@@ -306,7 +337,7 @@ fn ddtree_with_a_dflash_drafter_is_greedy_exact_and_commits_only_accepted_featur
         Method::Chain { len: 4 },
     ];
     for method in methods {
-        let mut recording = Recording { inner: DflashDrafter::new(&drafter, &target), committed: Vec::new() };
+        let mut recording = Recording { inner: DflashDrafter::new(&drafter, &target).unwrap(), committed: Vec::new() };
         let (tokens, stats) = speculative_generate(&target, &mut recording, &prompt, max_new, &method, &[]).unwrap();
         assert_eq!(tokens, greedy, "{}", method.label());
         // Every round drafts but a last one with a single token left, which comes as its bonus.
@@ -325,17 +356,14 @@ fn ddtree_with_a_dflash_drafter_is_greedy_exact_and_commits_only_accepted_featur
 #[test]
 #[ignore = "needs a GPU"]
 fn ddtree_with_a_dflash_drafter_is_greedy_exact_on_the_gpu() {
-    use kdtree_engine::cuda::CudaBackend;
-    use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     write_tiny_model(dir.path(), &TinySpec { seed: fixture().target_seed, ..TinySpec::default() }).unwrap();
-    let backend = CudaBackend::open(&gpu_common::options()).expect("a GPU");
-    let target = Model::load_on(dir.path(), Arc::new(backend)).unwrap();
-    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target.config).unwrap();
+    let target = on_gpu(dir.path());
+    let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target).unwrap();
     let prompt = [5u32, 17, 42, 9, 200, 31];
     let greedy = greedy_generate(&target, &prompt, 24, &[]).unwrap();
     for method in [Method::Tree(TreeLimits { budget: 12, draft_len: 7 }), Method::Chain { len: 4 }] {
-        let mut dflash = DflashDrafter::new(&drafter, &target);
+        let mut dflash = DflashDrafter::new(&drafter, &target).unwrap();
         let (tokens, stats) = speculative_generate(&target, &mut dflash, &prompt, 24, &method, &[]).unwrap();
         assert_eq!(tokens, greedy, "{}", method.label());
         eprintln!("{} on the GPU: tau {:.2} over {} rounds", method.label(), stats.tau(), stats.rounds());

@@ -60,7 +60,7 @@ fn a_generated_drafter_loads_and_drafts_greedy_exact_for_its_target() {
     let summary = write_drafter(out.path(), &small(), &target.config, &|_| {}).unwrap();
     assert!(summary.shards.len() > 1, "{summary:?}");
     assert_eq!(summary, small().summary(&target.config).unwrap());
-    let drafter = DflashModel::load(out.path(), &target.config).unwrap();
+    let drafter = DflashModel::load(out.path(), &target).unwrap();
     let c = &drafter.config;
     // The reference's layer ids for 3 target layers and 2 drafter layers ([1, 0]), the target's last
     // id as the mask.
@@ -68,7 +68,7 @@ fn a_generated_drafter_loads_and_drafts_greedy_exact_for_its_target() {
     let prompt = [5u32, 17, 42, 9, 200, 31];
     let greedy = greedy_generate(&target, &prompt, 12, &[]).unwrap();
     for method in [Method::Tree(TreeLimits { budget: 6, draft_len: 3 }), Method::Chain { len: 3 }] {
-        let mut dflash = DflashDrafter::new(&drafter, &target);
+        let mut dflash = DflashDrafter::new(&drafter, &target).unwrap();
         let (tokens, stats) = speculative_generate(&target, &mut dflash, &prompt, 12, &method, &[]).unwrap();
         assert_eq!(tokens, greedy, "{}", method.label());
         assert!(stats.tree_sizes.iter().any(|&n| n > 0), "{}: nothing drafted", method.label());
@@ -165,9 +165,9 @@ fn a_round_is_timed_beside_the_verify_forward_and_counted_by_the_cost_model() {
     let target = Model::load(target_dir.path()).unwrap();
     let out = tempfile::tempdir().unwrap();
     write_drafter(out.path(), &small(), &target.config, &|_| {}).unwrap();
-    let drafter = DflashModel::load(out.path(), &target.config).unwrap();
+    let drafter = DflashModel::load(out.path(), &target).unwrap();
     let prompt = [5u32, 17, 42, 9, 200, 31];
-    let mut dflash = DflashDrafter::new(&drafter, &target);
+    let mut dflash = DflashDrafter::new(&drafter, &target).unwrap();
     // Deeper than the block: a round drafts block_size - 1 = 3 positions.
     let timing = round::time_rounds(&target, &mut dflash, "dflash", &prompt, (8, 4), 3).unwrap();
     assert_eq!((timing.context, timing.depths, timing.top_k, timing.reps), (6, 3, 4, 3));
@@ -193,7 +193,7 @@ fn a_round_is_timed_beside_the_verify_forward_and_counted_by_the_cost_model() {
     // The comparison with the drafter: greedy, the block's chain, DDTree and cost-aware DDTree, every
     // output greedy's, each estimated by the cost model with the drafter's round.
     let methods = sweep::drafter_methods(8, timing.depths, Some(&cost));
-    let make = || Ok(Box::new(DflashDrafter::new(&drafter, &target)) as Box<dyn Drafter + '_>);
+    let make = || Ok(Box::new(DflashDrafter::new(&drafter, &target)?) as Box<dyn Drafter + '_>);
     let mut rows = sweep::compare_drafter(&target, &prompt, 10, &methods, "dflash", make, |_| {}).unwrap();
     sweep::estimate(&mut rows, &cost);
     let labels: Vec<&str> = rows.iter().map(|r| r.method.as_str()).collect();

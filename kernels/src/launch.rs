@@ -234,8 +234,47 @@ pub unsafe fn moe_combine_sorted_bf16(
 #[kernel(file = "cuda/finite.cu", grid = n.div_ceil(4096).clamp(1, 1024), block = 256)]
 pub unsafe fn count_nonfinite(x: &CudaSlice<f32>, count: &mut CudaSlice<u32>, n: u32);
 
+/// Grouped-query attention of `n` query rows over `ctx` context keys then the `n` block's, a block per
+/// (kv head, row, split of `chunk` keys) and a warp per query head of the group, into per-split
+/// outputs `part_o` (`[n, heads, splits, head_dim]`) and (max, sum) pairs `part_ml`. Its shared memory
+/// is [`crate::shape::GqaArgs::shared`].
+#[kernel(
+    file = "cuda/gqa_attention.cu",
+    grid = (kv_heads, n, splits),
+    block = 32 * (heads / kv_heads),
+    shared = 4 * ((heads / kv_heads) * head_dim + 32 * (2 * head_dim + 1))
+)]
+pub unsafe fn gqa_attention_partial(
+    q: &CudaSlice<f32>,
+    ctx_k: &CudaSlice<f32>,
+    ctx_v: &CudaSlice<f32>,
+    blk_k: &CudaSlice<f32>,
+    blk_v: &CudaSlice<f32>,
+    part_o: &mut CudaSlice<f32>,
+    part_ml: &mut CudaSlice<f32>,
+    n: u32,
+    ctx: u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    splits: u32,
+    chunk: u32,
+    scale: f32,
+);
+
+/// Each of `rows_heads` (row, head) outputs from its `splits` partials.
+#[kernel(file = "cuda/gqa_attention.cu", grid = rows_heads, block = 128)]
+pub unsafe fn gqa_attention_combine(
+    part_o: &CudaSlice<f32>,
+    part_ml: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+    rows_heads: u32,
+    splits: u32,
+    head_dim: u32,
+);
+
 /// This crate's kernels; naming them also links their registrations into the program.
-pub fn all() -> [&'static KernelDef; 25] {
+pub fn all() -> [&'static KernelDef; 27] {
     [
         &rmsnorm::KERNEL,
         &silu_mul::KERNEL,
@@ -262,5 +301,7 @@ pub fn all() -> [&'static KernelDef; 25] {
         &moe_combine_sorted_bf16::KERNEL,
         &moe_align::KERNEL,
         &count_nonfinite::KERNEL,
+        &gqa_attention_partial::KERNEL,
+        &gqa_attention_combine::KERNEL,
     ]
 }

@@ -26,6 +26,7 @@
 //! | [`moe_combine_sorted_bf16`] | `cuda/moe_combine.cu` | a block per token, the slots' rows found through `positions` |
 //! | [`moe_align`] | `cuda/moe_align.cu` | one block: counts, prefix sums, tiles, a one-warp stable scatter |
 //! | [`count_nonfinite`] | `cuda/finite.cu` | up to 1024 blocks, grid-stride float4, an atomic per block |
+//! | [`gqa_attention`] | `cuda/gqa_attention.cu` | a block per (kv head, row, key split), a warp per query head, key tiles through shared memory; then a block per (row, head) combines the splits |
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -46,6 +47,7 @@ pub mod ops;
 pub mod shape;
 
 pub use error::{Error, Result};
+pub use ops::attention::gqa_attention;
 pub use ops::cast::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use ops::elementwise::{add_assign, silu_mul_halves_bf16, silu_mul_halves_f32};
 pub use ops::finite::count_nonfinite;

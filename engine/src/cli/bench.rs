@@ -277,14 +277,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         |r: &spec_sweep::SpecRow| eprintln!("  {} p={:?}: {:.1} tokens/s", r.method, r.p, r.decode_tokens_per_s);
     let dflash = match (&args.draft_model, args.spec) {
         (Some(dir), true) => {
-            Some(DflashModel::load(dir, &model.config).with_context(|| format!("--draft-model {}", dir.display()))?)
+            Some(DflashModel::load(dir, &model).with_context(|| format!("--draft-model {}", dir.display()))?)
         }
         _ => None,
     };
     let (mut spec_rows, mut draft_round) = (Vec::new(), None);
     if let Some(drafter) = &dflash {
         let top_k = args.spec_budget.min(c.vocab_size);
-        let mut fresh = DflashDrafter::new(drafter, &model);
+        let mut fresh = DflashDrafter::new(drafter, &model)?;
         let mut timing = round::time_rounds(&model, &mut fresh, "dflash", &prompt, (args.draft_len, top_k), args.reps)?;
         timing.forward_median_us = Some(round::time_forward(&model, drafter, &prompt, args.reps)?);
         eprintln!("dflash drafter round: {:.1} us after {} tokens", timing.median_us, timing.context);
@@ -295,7 +295,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         draft_round = Some((timing, beside, estimates));
         let methods = spec_sweep::drafter_methods(args.spec_budget, depth, Some(&cost));
         eprintln!("speculative methods: {} with the dflash drafter, {} tokens each", methods.len(), args.spec_tokens);
-        let make = || Ok(Box::new(DflashDrafter::new(drafter, &model)) as Box<dyn Drafter + '_>);
+        let make = || Ok(Box::new(DflashDrafter::new(drafter, &model)?) as Box<dyn Drafter + '_>);
         spec_rows = spec_sweep::compare_drafter(&model, &prompt, args.spec_tokens, &methods, "dflash", make, progress)?;
     } else if args.spec {
         let methods = spec_sweep::methods(args.spec_budget, args.draft_len, Some(&cost));

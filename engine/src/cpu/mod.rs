@@ -11,7 +11,10 @@ use crate::mask::TreeMask;
 use kdtree_jit::mla::reference as mla;
 
 use crate::ops::cpu::{self, route};
-use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeLayout, RopeSpan, Routing};
+use crate::registry::{
+    Backend, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeLayout, RopeSpan, Routing, RowStore,
+    check_gqa,
+};
 
 /// The reference backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +30,16 @@ pub struct CpuTensor {
 impl CpuTensor {
     pub fn rows(&self) -> usize {
         self.data.len().checked_div(self.cols).unwrap_or(0)
+    }
+}
+
+impl RowStore for CpuTensor {
+    fn len(&self) -> usize {
+        self.rows()
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.data.truncate(len * self.cols);
     }
 }
 
@@ -152,11 +165,12 @@ fn shape_error(op: &str, reason: String) -> EngineError {
     EngineError::InvalidArgument(format!("{op}: {reason}"))
 }
 
-/// How many rows of `cols` values `len` values make; an error unless whole rows of a positive width.
-pub(crate) fn whole_rows(len: usize, cols: usize) -> Result<usize> {
+/// How many rows of `cols` values `len` values make; an error of `op` unless whole rows of a positive
+/// width.
+pub(crate) fn whole_rows(op: &str, len: usize, cols: usize) -> Result<usize> {
     match len.checked_div(cols) {
         Some(rows) if rows * cols == len => Ok(rows),
-        _ => Err(shape_error("upload", format!("{len} values are not whole rows of {cols}"))),
+        _ => Err(shape_error(op, format!("{len} values are not whole rows of {cols}"))),
     }
 }
 
@@ -195,6 +209,7 @@ impl Backend for CpuBackend {
     type Experts = CpuExperts;
     type Batch = CpuBatch;
     type Cache = KvCache;
+    type Rows = CpuTensor;
     type Absorb = CpuAbsorb;
 
     fn describe(&self) -> String {
@@ -266,6 +281,11 @@ impl Backend for CpuBackend {
 
     fn silu_mul(&self, x: &CpuTensor, _down: &HostLinear) -> Result<CpuTensor> {
         silu_mul_rows(x)
+    }
+
+    fn reshape(&self, x: CpuTensor, cols: usize) -> Result<CpuTensor> {
+        whole_rows("reshape", x.data.len(), cols)?;
+        Ok(CpuTensor { data: x.data, cols })
     }
 
     fn columns(&self, x: &CpuTensor, start: usize, len: usize) -> Result<CpuTensor> {
@@ -341,6 +361,32 @@ impl Backend for CpuBackend {
         Ok(CpuTensor { data: o, cols: h.mla.heads * h.mla.v })
     }
 
+    fn new_rows(&self, cols: usize) -> Result<CpuTensor> {
+        Ok(CpuTensor { data: Vec::new(), cols })
+    }
+
+    fn append_rows(&self, rows: &mut CpuTensor, x: &CpuTensor) -> Result<()> {
+        if x.cols != rows.cols {
+            return Err(shape_error("append_rows", format!("rows of {} onto rows of {}", x.cols, rows.cols)));
+        }
+        rows.data.extend_from_slice(&x.data);
+        Ok(())
+    }
+
+    fn gqa_attention(
+        &self,
+        q: &CpuTensor,
+        context: [&CpuTensor; 2],
+        block: [&CpuTensor; 2],
+        shape: GqaShape,
+    ) -> Result<CpuTensor> {
+        let dims = |t: &CpuTensor| (t.rows(), t.cols);
+        check_gqa(dims(q), context.map(dims), block.map(dims), shape)?;
+        let keys = [&context[0].data[..], &block[0].data[..]];
+        let values = [&context[1].data[..], &block[1].data[..]];
+        Ok(CpuTensor { data: cpu::gqa_attention(&q.data, keys, values, shape), cols: shape.q_width() })
+    }
+
     fn moe(&self, x: &CpuTensor, e: &CpuExperts) -> Result<CpuTensor> {
         let routes = e.routes(x)?;
         let mut outs = vec![0f32; x.rows() * e.top_k() * x.cols];
@@ -361,7 +407,7 @@ impl Backend for CpuBackend {
     }
 
     fn upload(&self, data: &[f32], cols: usize) -> Result<CpuTensor> {
-        whole_rows(data.len(), cols)?;
+        whole_rows("upload", data.len(), cols)?;
         Ok(CpuTensor { data: data.to_vec(), cols })
     }
 }

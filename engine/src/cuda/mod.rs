@@ -27,6 +27,7 @@ mod mla;
 mod mla_f32;
 mod moe;
 mod ops;
+mod rows;
 mod select;
 mod startup_tune;
 mod streamed;
@@ -51,6 +52,7 @@ pub use linear::{CudaLinear, ShapeKernels};
 pub use mla::{CudaAbsorb, LatentKernels, MlaKernels, PAGE_TOKENS};
 pub use mla_f32::MlaF32Kernels;
 pub use moe::CudaExperts;
+pub use rows::CudaRows;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
 pub use startup_tune::{Missing, TuneSummary, missing};
 pub use streamed::{DenseShape, MAX_STREAMED_ROWS};
@@ -60,7 +62,8 @@ pub use tensor::{CudaBatch, CudaTensor, MAX_GRAPH_TOKENS};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::registry::{
-    Backend, ComputeDtype, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan, eager_forward_argmax,
+    Backend, ComputeDtype, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan, RowStore, check_gqa,
+    eager_forward_argmax,
 };
 
 /// What the CUDA backend is opened with.
@@ -390,6 +393,7 @@ impl Backend for CudaBackend {
     type Batch = CudaBatch;
     type Cache = CudaKv;
     type Absorb = CudaAbsorb;
+    type Rows = CudaRows;
 
     fn describe(&self) -> String {
         format!("cuda ({}, {})", self.gpu.name, self.gpu.arch)
@@ -502,6 +506,11 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn reshape(&self, x: CudaTensor, cols: usize) -> Result<CudaTensor> {
+        let rows = crate::cpu::whole_rows("reshape", x.len(), cols)?;
+        Ok(CudaTensor { data: x.data, rows, cols })
+    }
+
     fn columns(&self, x: &CudaTensor, start: usize, len: usize) -> Result<CudaTensor> {
         self.timed(rest, || {
             let mut out = self.tensor(x.rows, len)?;
@@ -582,6 +591,41 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn new_rows(&self, cols: usize) -> Result<CudaRows> {
+        CudaRows::new(self, cols)
+    }
+
+    fn append_rows(&self, rows: &mut CudaRows, x: &CudaTensor) -> Result<()> {
+        self.timed(rest, || rows.append(self, x))
+    }
+
+    fn gqa_attention(
+        &self,
+        q: &CudaTensor,
+        context: [&CudaRows; 2],
+        block: [&CudaTensor; 2],
+        shape: GqaShape,
+    ) -> Result<CudaTensor> {
+        let rows = |r: &CudaRows| (r.len(), r.cols());
+        check_gqa((q.rows, q.cols), context.map(rows), block.map(|t| (t.rows, t.cols)), shape)?;
+        let mut out = self.tensor(q.rows, q.cols)?;
+        if q.rows == 0 {
+            return Ok(out);
+        }
+        let sizes = kdtree_kernels::shape::GqaSizes {
+            n: q.rows,
+            context: context[0].len(),
+            heads: shape.heads,
+            kv_heads: shape.kv_heads,
+            head_dim: shape.head_dim,
+        };
+        self.timed(attention, || {
+            let ctx = context.map(|r| &r.data);
+            kdtree_kernels::gqa_attention(&self.kernels, &q.data, ctx, block.map(|t| &t.data), sizes, &mut out.data)?;
+            Ok(out)
+        })
+    }
+
     fn moe(&self, x: &CudaTensor, experts: &CudaExperts) -> Result<CudaTensor> {
         self.timed(|| "MoE (router, W4A16 experts)".to_owned(), || moe::forward(self, x, experts))
     }
@@ -607,7 +651,7 @@ impl Backend for CudaBackend {
     }
 
     fn upload(&self, data: &[f32], cols: usize) -> Result<CudaTensor> {
-        let rows = crate::cpu::whole_rows(data.len(), cols)?;
+        let rows = crate::cpu::whole_rows("upload", data.len(), cols)?;
         Ok(CudaTensor { data: self.stream().clone_htod(data)?, rows, cols })
     }
 

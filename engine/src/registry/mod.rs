@@ -13,6 +13,7 @@
 //! | [`Backend::silu_mul`] | `silu(a) * b` of the two halves of each row (fused gate/up) |
 //! | [`Backend::columns`], [`Backend::rope`] | MLA's column splits and rotary embedding |
 //! | [`Backend::kv_append`], [`Backend::attention`] | MLA's latent KV cache and absorbed, tree-masked attention |
+//! | [`Backend::new_rows`], [`Backend::append_rows`], [`Backend::gqa_attention`] | a drafter's grouped-query attention, unmasked, over rows of keys and values that grow by appends |
 //! | [`Backend::moe`] | routing and the routed experts of one MoE layer |
 //! | [`Backend::argmax`], [`Backend::argmax_checked`], [`Backend::to_host`] | what leaves the backend: ids (with a count of NaN and infinite logits), or logits |
 //! | [`Backend::upload`] | host rows onto the backend |
@@ -105,6 +106,39 @@ impl KvDtype {
     }
 }
 
+/// Head counts and width of a grouped-query attention: query head `h` reads key/value head
+/// `h / (heads / kv_heads)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GqaShape {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl GqaShape {
+    /// Values of one row of queries (and outputs).
+    pub fn q_width(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Values of one row of keys (or values).
+    pub fn kv_width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+}
+
+/// Rows of one width on a backend that grow at the end ([`Backend::append_rows`]) without copying
+/// what they hold on every append: a drafter's context keys and values.
+pub trait RowStore: Send + Sync {
+    /// Rows held.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Keeps the first `len` rows (no-op when it holds fewer).
+    fn truncate(&mut self, len: usize);
+}
+
 /// One MoE layer's routed experts as loaded from the checkpoint, before a backend takes them.
 #[derive(Clone, Debug)]
 pub struct HostExperts {
@@ -150,6 +184,28 @@ pub(crate) fn check_compact(len: usize, start: usize, keep: &[usize]) -> Result<
     Ok(())
 }
 
+/// Checks [`Backend::gqa_attention`]'s arguments, each as (rows, cols): `q`, the context's keys and
+/// values, the block's keys and values.
+pub(crate) fn check_gqa(
+    q: (usize, usize),
+    context: [(usize, usize); 2],
+    block: [(usize, usize); 2],
+    s: GqaShape,
+) -> Result<()> {
+    let fits = s.kv_heads > 0
+        && s.heads.is_multiple_of(s.kv_heads)
+        && q.1 == s.q_width()
+        && context.iter().chain(&block).all(|p| p.1 == s.kv_width())
+        && context[0].0 == context[1].0
+        && block.iter().all(|p| p.0 == q.0);
+    if fits {
+        return Ok(());
+    }
+    Err(EngineError::InvalidArgument(format!(
+        "gqa_attention: {s:?} over q {q:?}, context keys/values {context:?}, block keys/values {block:?} (rows, cols)"
+    )))
+}
+
 /// A device that runs the model's ops on tensors of its own.
 pub trait Backend: Send + Sync + Sized {
     /// f32 activations, `[rows, cols]` row-major.
@@ -165,6 +221,7 @@ pub trait Backend: Send + Sync + Sized {
     /// One forward's inputs: token ids, positions, the mask among the new tokens.
     type Batch;
     type Cache: KvStore;
+    type Rows: RowStore;
 
     /// What the backend is, for people: "cpu", "cuda (NVIDIA H200, sm_90)".
     fn describe(&self) -> String;
@@ -207,6 +264,9 @@ pub trait Backend: Send + Sync + Sized {
     /// `silu(a) * b` where each row of `x` is `[a | b]`, halves of equal width; `down` is the weight
     /// that reads the result next, whose input dtype a backend may round it to.
     fn silu_mul(&self, x: &Self::Tensor, down: &Self::Linear) -> Result<Self::Tensor>;
+    /// The same values as rows of `cols` (a whole number of them): a free change of view, such as
+    /// rows of heads to rows of one head each.
+    fn reshape(&self, x: Self::Tensor, cols: usize) -> Result<Self::Tensor>;
     /// Columns `start..start + len` of every row.
     fn columns(&self, x: &Self::Tensor, start: usize, len: usize) -> Result<Self::Tensor>;
     /// Rotates `span` of every head of every row of `x` in place, row `r` at the batch's position `r`.
@@ -240,6 +300,20 @@ pub trait Backend: Send + Sync + Sized {
         layer: usize,
         batch: &Self::Batch,
         kv_b: &Self::Absorb,
+    ) -> Result<Self::Tensor>;
+    /// Empty rows of `cols` values.
+    fn new_rows(&self, cols: usize) -> Result<Self::Rows>;
+    /// Appends the rows of `x`, which must be as wide.
+    fn append_rows(&self, rows: &mut Self::Rows, x: &Self::Tensor) -> Result<()>;
+    /// Grouped-query attention with no mask of `q` (`[n, heads * head_dim]`) over the keys and values
+    /// of `context` (`[keys, values]`, rows of `kv_heads * head_dim`) followed by `block`'s (`n` rows
+    /// each), scores scaled by `1 / sqrt(head_dim)`. Returns `[n, heads * head_dim]`.
+    fn gqa_attention(
+        &self,
+        q: &Self::Tensor,
+        context: [&Self::Rows; 2],
+        block: [&Self::Tensor; 2],
+        shape: GqaShape,
     ) -> Result<Self::Tensor>;
     /// Routes every row and returns the sum of its experts' outputs, weighted, added in ascending
     /// expert index: a row's result never depends on which other rows came along.

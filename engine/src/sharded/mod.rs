@@ -11,9 +11,9 @@
 //! | [`Backend::moe`] | routed experts in contiguous blocks (expert parallel) | gather of the `(token, slot)` outputs |
 //! | [`Backend::argmax`] | the vocabulary in contiguous blocks | gather of each rank's `(max, index)` |
 //!
-//! Norms, rope, the KV append, `silu_mul` and the residual adds run once on the gathered tensors
-//! (every rank would compute the same bits), as does the MoE router (replicated on every rank).
-//! The KV cache holds every head; each rank's attention reads its heads' columns of it. Blocks are
+//! Norms, rope, the KV append, `silu_mul`, the residual adds and a drafter's grouped-query attention
+//! run once on the gathered tensors (every rank would compute the same bits), as does the MoE router
+//! (replicated on every rank). The KV cache holds every head; each rank's attention reads its heads' columns of it. Blocks are
 //! as even as can be when the rank count does not divide a dimension ([`blocks`]); a rank whose
 //! block is empty idles.
 //!
@@ -63,7 +63,7 @@ use crate::cpu::{CpuAbsorb, CpuBackend, CpuBatch, CpuExperts, CpuTensor, KvCache
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::ops::cpu;
-use crate::registry::{Backend, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan};
+use crate::registry::{Backend, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan};
 
 /// The CPU backend over `ranks` simulated ranks.
 #[derive(Debug)]
@@ -160,6 +160,7 @@ impl Backend for ShardedCpu {
     type Experts = ShardedExperts;
     type Batch = CpuBatch;
     type Cache = KvCache;
+    type Rows = CpuTensor;
     type Absorb = CpuAbsorb;
 
     fn describe(&self) -> String {
@@ -246,6 +247,10 @@ impl Backend for ShardedCpu {
         crate::cpu::silu_mul_rows(x)
     }
 
+    fn reshape(&self, x: CpuTensor, cols: usize) -> Result<CpuTensor> {
+        CpuBackend.reshape(x, cols)
+    }
+
     fn columns(&self, x: &CpuTensor, start: usize, len: usize) -> Result<CpuTensor> {
         CpuBackend.columns(x, start, len)
     }
@@ -295,6 +300,24 @@ impl Backend for ShardedCpu {
         let y = concat_columns(&parts, n);
         self.record(Op::Attention, 4 * y.data.len());
         Ok(y)
+    }
+
+    fn new_rows(&self, cols: usize) -> Result<CpuTensor> {
+        CpuBackend.new_rows(cols)
+    }
+
+    fn append_rows(&self, rows: &mut CpuTensor, x: &CpuTensor) -> Result<()> {
+        CpuBackend.append_rows(rows, x)
+    }
+
+    fn gqa_attention(
+        &self,
+        q: &CpuTensor,
+        context: [&CpuTensor; 2],
+        block: [&CpuTensor; 2],
+        shape: GqaShape,
+    ) -> Result<CpuTensor> {
+        CpuBackend.gqa_attention(q, context, block, shape)
     }
 
     fn moe(&self, x: &CpuTensor, e: &ShardedExperts) -> Result<CpuTensor> {

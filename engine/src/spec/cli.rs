@@ -83,7 +83,7 @@ pub enum DrafterKind {
 pub enum DraftWeights<B: Backend> {
     // Both boxed: the two differ in size by hundreds of bytes, and either is loaded once.
     Model(Box<Model<B>>),
-    Dflash(Box<DflashModel>),
+    Dflash(Box<DflashModel<B>>),
 }
 
 /// A speculative run and plain greedy decoding of the same prompt, measured in the same run.
@@ -183,7 +183,7 @@ impl SpecArgs {
     pub fn load_draft_model<B: Backend>(&self, target: &Model<B>) -> Result<Option<DraftWeights<B>>> {
         let Some(dir) = self.draft_model.as_deref() else { return Ok(None) };
         Ok(Some(match self.drafter {
-            DrafterKind::Dflash => DraftWeights::Dflash(Box::new(DflashModel::load(dir, &target.config)?)),
+            DrafterKind::Dflash => DraftWeights::Dflash(Box::new(DflashModel::load(dir, target)?)),
             _ => DraftWeights::Model(Box::new(Model::load_on(dir, target.backend().clone())?)),
         }))
     }
@@ -202,7 +202,7 @@ impl SpecArgs {
         };
         Ok(match self.drafter {
             DrafterKind::Dflash => match draft {
-                Some(DraftWeights::Dflash(model)) => Box::new(DflashDrafter::new(model, target)),
+                Some(DraftWeights::Dflash(model)) => Box::new(DflashDrafter::new(model, target)?),
                 _ => return Err(no_dflash_folder()),
             },
             DrafterKind::Model => Box::new(ModelDrafter::new(draft_model, vocab)?),

@@ -77,13 +77,13 @@ pub fn time_rounds<B: Backend>(
 /// The median µs of `reps` forwards of the DFlash drafter `model` (after one untimed) from the same
 /// state as [`time_rounds`]'s rounds: the block embedded by the target, the drafter's layers, the
 /// target's LM head, the logits on the host; no softmax, no top-K.
-pub fn time_forward<B: Backend>(target: &Model<B>, model: &DflashModel, prompt: &[u32], reps: usize) -> Result<f64> {
+pub fn time_forward<B: Backend>(target: &Model<B>, model: &DflashModel<B>, prompt: &[u32], reps: usize) -> Result<f64> {
     if reps == 0 || prompt.is_empty() {
         return Err(EngineError::InvalidArgument("timing a drafter's forward needs a prompt and a rep".into()));
     }
     let mut cache = target.new_cache();
     let (bonus, taps) = target.prefill_tapped(&mut cache, prompt, &model.config.target_layer_ids)?;
-    let mut context = model.new_context();
+    let mut context = model.new_context()?;
     model.extend_context(&mut context, &taps)?;
     model.draft_logits(target, &context, bonus)?;
     let mut samples = Vec::with_capacity(reps);

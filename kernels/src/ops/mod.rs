@@ -5,6 +5,7 @@
 //! [`moe`], [`moe_align`], [`finite`]) take every input on the device, position and index buffers
 //! included, so that a forward copies nothing to the device per op; an empty operation launches nothing.
 
+pub mod attention;
 pub mod cast;
 pub mod elementwise;
 pub mod finite;

@@ -5,12 +5,14 @@
 //! so that one buffer serves calls of many sizes; otherwise the sizes come from the buffers' lengths,
 //! which must then agree exactly.
 
+mod attention;
 mod elementwise;
 mod moe;
 mod moe_align;
 mod rope;
 mod rows;
 
+pub use attention::{GqaArgs, GqaSizes, MAX_HEAD_DIM, TILE, gqa_attention};
 pub use elementwise::{at_least, silu_halves};
 pub use moe::{
     CombineSortedArgs, MAX_EXPERTS, MAX_GROUPS, MAX_TOP_K, RouteArgs, moe_combine, moe_combine_sorted, route,

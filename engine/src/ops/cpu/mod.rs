@@ -5,6 +5,7 @@
 
 mod elementwise;
 mod embedding;
+mod gqa;
 mod linear;
 mod norm;
 mod rope;
@@ -12,6 +13,7 @@ mod route;
 
 pub use elementwise::{argmax, count_nonfinite, silu_mul, softmax};
 pub use embedding::embedding;
+pub use gqa::gqa_attention;
 pub use linear::{dense_linear, linear, w4a16_linear};
 pub use norm::rmsnorm;
 pub use rope::{rope_half_split, rope_interleaved};

@@ -10,15 +10,15 @@ use crate::spec::drafter::{Draft, Drafter, log_softmax};
 /// Drafts with `model` for `target`: each round one pass over the block `[bonus, mask × (L − 1)]`, so a
 /// round drafts at most `block_size − 1` positions, whatever the draft length asked for.
 pub struct DflashDrafter<'m, B: Backend> {
-    model: &'m DflashModel,
+    model: &'m DflashModel<B>,
     target: &'m Model<B>,
-    context: DflashContext,
+    context: DflashContext<B>,
 }
 
 impl<'m, B: Backend> DflashDrafter<'m, B> {
-    /// `model` must have been loaded for `target`'s config ([`DflashModel::load`]).
-    pub fn new(model: &'m DflashModel, target: &'m Model<B>) -> DflashDrafter<'m, B> {
-        DflashDrafter { model, target, context: model.new_context() }
+    /// `model` must have been loaded for `target` ([`DflashModel::load`]).
+    pub fn new(model: &'m DflashModel<B>, target: &'m Model<B>) -> Result<DflashDrafter<'m, B>> {
+        Ok(DflashDrafter { model, target, context: model.new_context()? })
     }
 }
 

@@ -1,22 +1,21 @@
-//! The context cache and one drafting round, on the CPU reference ops.
+//! The context cache and one drafting round, written once over the target's backend's ops: on the
+//! CPU they are the reference ops, on CUDA the drafter's layers stay on the GPU.
 
-use super::attention::{Shape, attention};
 use super::weights::{DflashModel, Layer};
 use crate::error::{EngineError, Result};
+use crate::mask::TreeMask;
 use crate::model::Model;
-use crate::ops::cpu::{dense_linear, rmsnorm, rope_half_split, silu_mul};
-use crate::registry::Backend;
+use crate::registry::{Backend, GqaShape, RopeLayout, RopeSpan, RowStore};
 
 /// Every committed token's keys and values, per drafter layer: `k_norm`ed and rotated keys, values,
-/// each `[tokens, kv_heads * head_dim]`. Token `i` sits at position `i`.
-#[derive(Clone, Debug, Default)]
-pub struct DflashContext {
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
+/// each rows of `kv_heads * head_dim` on the backend. Token `i` sits at position `i`.
+pub struct DflashContext<B: Backend> {
+    keys: Vec<B::Rows>,
+    values: Vec<B::Rows>,
     len: usize,
 }
 
-impl DflashContext {
+impl<B: Backend> DflashContext<B> {
     /// Committed tokens.
     pub fn len(&self) -> usize {
         self.len
@@ -28,27 +27,24 @@ impl DflashContext {
 
     /// Keeps the first `len` tokens (no-op when it holds fewer).
     pub fn truncate(&mut self, len: usize) {
-        if len >= self.len {
-            return;
-        }
-        let keep = |rows: &mut Vec<f32>| rows.truncate(rows.len() / self.len * len);
-        self.keys.iter_mut().chain(self.values.iter_mut()).for_each(keep);
-        self.len = len;
+        self.keys.iter_mut().chain(self.values.iter_mut()).for_each(|rows| rows.truncate(len));
+        self.len = self.len.min(len);
     }
 }
 
-impl DflashModel {
+impl<B: Backend> DflashModel<B> {
     /// An empty context.
-    pub fn new_context(&self) -> DflashContext {
-        let layers = self.layers.len();
-        DflashContext { keys: vec![Vec::new(); layers], values: vec![Vec::new(); layers], len: 0 }
+    pub fn new_context(&self) -> Result<DflashContext<B>> {
+        let width = self.shape().kv_width();
+        let rows = || (0..self.layers.len()).map(|_| self.backend.new_rows(width)).collect::<Result<Vec<_>>>();
+        Ok(DflashContext { keys: rows()?, values: rows()?, len: 0 })
     }
 
     /// Appends the committed tokens whose target features are `taps` (`[tokens, tap_width]`: the
     /// target's hidden states after each of `target_layer_ids`, in that order), at the positions after
     /// the context's.
-    pub fn extend_context(&self, ctx: &mut DflashContext, taps: &[f32]) -> Result<()> {
-        let c = &self.config;
+    pub fn extend_context(&self, ctx: &mut DflashContext<B>, taps: &[f32]) -> Result<()> {
+        let (c, b) = (&self.config, &*self.backend);
         let width = c.tap_width();
         if !taps.len().is_multiple_of(width) {
             return Err(EngineError::InvalidArgument(format!(
@@ -59,13 +55,13 @@ impl DflashModel {
             )));
         }
         let rows = taps.len() / width;
-        let positions = self.positions(ctx.len, rows)?;
-        let mut features = dense_linear(taps, rows, &self.fc)?;
-        features = norm(&features, &self.hidden_norm, c.rms_norm_eps);
+        let batch = self.batch(ctx.len, rows)?;
+        let features = b.linear(&b.upload(taps, width)?, &self.fc)?;
+        let features = b.rmsnorm(&features, &self.hidden_norm, c.rms_norm_eps)?;
         for (i, layer) in self.layers.iter().enumerate() {
-            let (k, v) = self.keys_values(layer, &features, rows, &positions)?;
-            ctx.keys[i].extend(k);
-            ctx.values[i].extend(v);
+            let (k, v) = self.keys_values(layer, &features, &batch)?;
+            b.append_rows(&mut ctx.keys[i], &k)?;
+            b.append_rows(&mut ctx.values[i], &v)?;
         }
         ctx.len += rows;
         Ok(())
@@ -74,35 +70,29 @@ impl DflashModel {
     /// One round: the block `[bonus, mask × (block_size − 1)]` at the positions after `ctx`, run through
     /// the drafter over `ctx` and itself, read through `target`'s LM head. Returns the logits of the
     /// `block_size − 1` masked positions, `[block_size − 1, vocab]`: the drafts of the tokens after `bonus`.
-    /// The drafter's layers run on the host; the target's embedding and head run on its backend.
-    pub fn draft_logits<B: Backend>(&self, target: &Model<B>, ctx: &DflashContext, bonus: u32) -> Result<Vec<f32>> {
-        let c = &self.config;
+    pub fn draft_logits(&self, target: &Model<B>, ctx: &DflashContext<B>, bonus: u32) -> Result<Vec<f32>> {
+        let (c, b) = (&self.config, &*self.backend);
         let n = c.block_size;
-        let positions = self.positions(ctx.len, n)?;
+        let batch = self.batch(ctx.len, n)?;
         let block: Vec<u32> = std::iter::once(bonus).chain(std::iter::repeat_n(c.mask_token_id, n - 1)).collect();
-        let b = &**target.backend();
-        let mut x = b.to_host(&target.embed(&block)?)?;
-        if x.len() != n * c.hidden_size {
-            return Err(EngineError::InvalidArgument(format!(
-                "DFlash block: the target's embedding gave {} values, {n} rows of hidden {} were expected",
-                x.len(),
-                c.hidden_size
-            )));
+        let mut x = target.embed(&block)?;
+        if c.input_embedding_scale != 1.0 {
+            // Rare (the published configs leave it at 1): scaled on the host rather than by a kernel.
+            let mut host = b.to_host(&x)?;
+            host.iter_mut().for_each(|v| *v *= c.input_embedding_scale);
+            x = b.upload(&host, c.hidden_size)?;
         }
-        x.iter_mut().for_each(|v| *v *= c.input_embedding_scale);
         for (i, layer) in self.layers.iter().enumerate() {
-            let h = norm(&x, &layer.input_norm, c.rms_norm_eps);
-            let attn = self.attend(layer, &h, n, &positions, [&ctx.keys[i], &ctx.values[i]])?;
-            add(&mut x, &dense_linear(&attn, n, &layer.o_proj)?);
-            let h = norm(&x, &layer.post_norm, c.rms_norm_eps);
-            let (gate, up) = (dense_linear(&h, n, &layer.gate_proj)?, dense_linear(&h, n, &layer.up_proj)?);
-            let mut act = vec![0f32; gate.len()];
-            silu_mul(&gate, &up, &mut act);
-            add(&mut x, &dense_linear(&act, n, &layer.down_proj)?);
+            let h = b.rmsnorm(&x, &layer.input_norm, c.rms_norm_eps)?;
+            let attn = self.attend(layer, &h, &batch, [&ctx.keys[i], &ctx.values[i]])?;
+            b.add_assign(&mut x, &b.linear(&attn, &layer.o_proj)?)?;
+            let h = b.rmsnorm(&x, &layer.post_norm, c.rms_norm_eps)?;
+            let act = b.silu_mul(&b.linear(&h, &layer.gate_up)?, &layer.down_proj)?;
+            b.add_assign(&mut x, &b.linear(&act, &layer.down_proj)?)?;
         }
-        // The bonus row drafts nothing: it is the token the target already chose.
-        let masked = norm(&x[c.hidden_size..], &self.norm, c.rms_norm_eps);
-        let mut logits = b.to_host(&target.lm_head(&b.upload(&masked, c.hidden_size)?)?)?;
+        // The bonus row drafts nothing (it is the token the target already chose): its logits are dropped.
+        let mut logits = b.to_host(&target.lm_head(&b.rmsnorm(&x, &self.norm, c.rms_norm_eps)?)?)?;
+        logits.drain(..target.config.vocab_size);
         for v in &mut logits {
             *v *= c.output_multiplier;
             if let Some(cap) = c.final_logit_softcapping {
@@ -113,41 +103,47 @@ impl DflashModel {
     }
 
     /// The block's attention output `[rows, heads * head_dim]` over the context `[keys, values]` and itself.
-    fn attend(&self, layer: &Layer, h: &[f32], rows: usize, positions: &[usize], ctx: [&[f32]; 2]) -> Result<Vec<f32>> {
-        let c = &self.config;
-        let mut q = dense_linear(h, rows, &layer.q_proj)?;
-        q = norm(&q, &layer.q_norm, c.rms_norm_eps);
-        rope_half_split(&mut q, c.head_dim, positions, &self.rope.cos, &self.rope.sin);
-        let (k, v) = self.keys_values(layer, h, rows, positions)?;
-        let shape = Shape { heads: c.num_attention_heads, kv_heads: c.num_key_value_heads, head_dim: c.head_dim };
-        Ok(attention(&q, [ctx[0], &k], [ctx[1], &v], shape))
+    fn attend(&self, layer: &Layer<B>, h: &B::Tensor, batch: &B::Batch, ctx: [&B::Rows; 2]) -> Result<B::Tensor> {
+        let b = &*self.backend;
+        let q = b.linear(h, &layer.q_proj)?;
+        let q = self.head_norm_rope(q, self.shape().q_width(), &layer.q_norm, batch)?;
+        let (k, v) = self.keys_values(layer, h, batch)?;
+        b.gqa_attention(&q, ctx, [&k, &v], self.shape())
     }
 
-    /// A layer's keys (`k_norm`ed, rotated) and values of `rows` rows of `x` at `positions`.
-    fn keys_values(&self, layer: &Layer, x: &[f32], rows: usize, positions: &[usize]) -> Result<(Vec<f32>, Vec<f32>)> {
-        let c = &self.config;
-        let mut k = norm(&dense_linear(x, rows, &layer.k_proj)?, &layer.k_norm, c.rms_norm_eps);
-        rope_half_split(&mut k, c.head_dim, positions, &self.rope.cos, &self.rope.sin);
-        Ok((k, dense_linear(x, rows, &layer.v_proj)?))
+    /// A layer's keys (`k_norm`ed, rotated) and values of the rows of `x` at the batch's positions.
+    fn keys_values(&self, layer: &Layer<B>, x: &B::Tensor, batch: &B::Batch) -> Result<(B::Tensor, B::Tensor)> {
+        let b = &*self.backend;
+        let width = self.shape().kv_width();
+        let kv = b.linear(x, &layer.kv_proj)?;
+        let k = self.head_norm_rope(b.columns(&kv, 0, width)?, width, &layer.k_norm, batch)?;
+        Ok((k, b.columns(&kv, width, width)?))
     }
 
-    /// Positions `start..start + rows`, all inside the rotary table.
-    fn positions(&self, start: usize, rows: usize) -> Result<Vec<usize>> {
-        let max = self.rope.max_positions();
-        match start + rows {
-            end if end > max => Err(EngineError::PositionOutOfRange { position: end - 1, max }),
-            end => Ok((start..end).collect()),
+    /// Each head of each row of `x` (rows of `cols`) RMSNormed by `weight` (`[head_dim]`), then rotated
+    /// whole (half-split pairs) at its row's position.
+    fn head_norm_rope(&self, x: B::Tensor, cols: usize, weight: &B::Vector, batch: &B::Batch) -> Result<B::Tensor> {
+        let (b, hd) = (&*self.backend, self.config.head_dim);
+        let heads = b.reshape(x, hd)?;
+        let mut x = b.reshape(b.rmsnorm(&heads, weight, self.config.rms_norm_eps)?, cols)?;
+        let span = RopeSpan { stride: hd, offset: 0, dim: hd, layout: RopeLayout::HalfSplit };
+        b.rope(&mut x, span, &self.rope.cos, &self.rope.sin, batch)?;
+        Ok(x)
+    }
+
+    fn shape(&self) -> GqaShape {
+        let c = &self.config;
+        GqaShape { heads: c.num_attention_heads, kv_heads: c.num_key_value_heads, head_dim: c.head_dim }
+    }
+
+    /// The batch of `rows` rows at positions `start..start + rows`, all inside the rotary table: what
+    /// rope reads.
+    fn batch(&self, start: usize, rows: usize) -> Result<B::Batch> {
+        let max = self.rope.max_positions;
+        if start + rows > max {
+            return Err(EngineError::PositionOutOfRange { position: start + rows - 1, max });
         }
+        let positions: Vec<usize> = (start..start + rows).collect();
+        self.backend.batch(&vec![0; rows], &positions, &TreeMask::causal(rows), start)
     }
-}
-
-/// RMSNorm of every `weight.len()`-wide piece of `x` (rows, or heads of rows).
-fn norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
-    let mut out = vec![0f32; x.len()];
-    rmsnorm(x, weight, eps, &mut out);
-    out
-}
-
-fn add(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
 }

@@ -1,5 +1,6 @@
 //! DFlash block-diffusion drafters, in the layout the published checkpoints use (`config.json` with
-//! `dflash_config`, safetensors with `layers.N.*`, `fc`, `hidden_norm`, `norm`), run on the CPU.
+//! `dflash_config`, safetensors with `layers.N.*`, `fc`, `hidden_norm`, `norm`), run on the target's
+//! backend: on CUDA its layers stay on the GPU, and only its logits come back.
 //!
 //! A DFlash drafter is a small Qwen3-style decoder (GQA, per-head q/k RMSNorm, half-split rope,
 //! SwiGLU) with no embedding or LM head of its own: it embeds its block `[bonus, MASK × (L−1)]` with
@@ -16,15 +17,13 @@
 //! |---|---|
 //! | `config` | config.json, checked against the target |
 //! | `weights` | the tensors, shapes checked against the config |
-//! | `forward` | the context cache and one round's forward, to logits |
-//! | `attention` | grouped-query attention of the block over context and block |
+//! | `forward` | the context cache and one round's forward, to logits, over [`crate::registry::Backend`]'s ops (grouped-query attention is [`crate::registry::Backend::gqa_attention`]) |
 //! | `drafter` | the [`crate::spec::Drafter`] that decoding calls: a context fed by the target's taps |
 //!
 //! Checked against the reference implementation run by transformers on a random-weight drafter for a
 //! tiny target (`engine/tests/dflash.rs`, fixture and generator under
 //! `engine/tests/fixtures/dflash/`).
 
-mod attention;
 mod config;
 mod drafter;
 mod forward;

@@ -1,78 +1,97 @@
-//! A DFlash drafter's tensors, read in their stored dtype and checked against its config.
+//! A DFlash drafter's tensors, read in their stored dtype, checked against its config and placed on
+//! the target's backend.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::config::DflashConfig;
 use crate::error::Result;
-use crate::model::{Checkpoint, Config, Layout};
-use crate::registry::{DenseWeight, RopeTable};
+use crate::model::{Checkpoint, Layout, Model};
+use crate::registry::{Backend, HostLinear, Rope, RopeTable};
 
-/// One decoder layer's weights.
-pub(super) struct Layer {
-    pub input_norm: Vec<f32>,
-    pub q_proj: DenseWeight,
-    pub k_proj: DenseWeight,
-    pub v_proj: DenseWeight,
-    pub o_proj: DenseWeight,
+/// One decoder layer's weights on the backend.
+pub(super) struct Layer<B: Backend> {
+    pub input_norm: B::Vector,
+    pub q_proj: B::Linear,
+    /// `k_proj` and `v_proj` stacked, `[2 * kv_heads * head_dim, hidden]`: one GEMM gives a row's key
+    /// and value, for the block and for the context alike.
+    pub kv_proj: B::Linear,
+    pub o_proj: B::Linear,
     /// Per-head RMSNorm weights, `[head_dim]`.
-    pub q_norm: Vec<f32>,
-    pub k_norm: Vec<f32>,
-    pub post_norm: Vec<f32>,
-    pub gate_proj: DenseWeight,
-    pub up_proj: DenseWeight,
-    pub down_proj: DenseWeight,
+    pub q_norm: B::Vector,
+    pub k_norm: B::Vector,
+    pub post_norm: B::Vector,
+    /// `gate_proj` and `up_proj` stacked, `[2 * intermediate, hidden]`, for [`Backend::silu_mul`].
+    pub gate_up: B::Linear,
+    pub down_proj: B::Linear,
 }
 
-/// A loaded DFlash drafter: its config and weights, and the rotary table of the target's positions.
-pub struct DflashModel {
+/// A loaded DFlash drafter on its target's backend: its config, weights, and the rotary table of the
+/// target's positions.
+pub struct DflashModel<B: Backend> {
     pub config: DflashConfig,
-    pub(super) fc: DenseWeight,
-    pub(super) hidden_norm: Vec<f32>,
-    pub(super) norm: Vec<f32>,
-    pub(super) layers: Vec<Layer>,
-    pub(super) rope: RopeTable,
+    pub(super) backend: Arc<B>,
+    pub(super) fc: B::Linear,
+    pub(super) hidden_norm: B::Vector,
+    pub(super) norm: B::Vector,
+    pub(super) layers: Vec<Layer<B>>,
+    pub(super) rope: Rope<B>,
 }
 
-impl std::fmt::Debug for DflashModel {
+impl<B: Backend> std::fmt::Debug for DflashModel<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DflashModel").field("config", &self.config).finish()
     }
 }
 
-impl DflashModel {
-    /// Loads the drafter folder `dir` for a target of config `target`. A config that does not fit the
-    /// target, or a tensor missing or of the wrong shape, is an error naming the file and key or tensor.
-    pub fn load(dir: &Path, target: &Config) -> Result<DflashModel> {
-        let c = DflashConfig::load(dir, target)?;
+impl<B: Backend> DflashModel<B> {
+    /// Loads the drafter folder `dir` for `target`, onto the target's backend. A config that does not
+    /// fit the target, or a tensor missing or of the wrong shape, is an error naming the file and key
+    /// or tensor.
+    pub fn load(dir: &Path, target: &Model<B>) -> Result<DflashModel<B>> {
+        let c = DflashConfig::load(dir, &target.config)?;
         let ckpt = Checkpoint::open(dir, Layout::CausalLm)?;
         ckpt.check_float_dtypes(&dir.join("config.json").display().to_string(), None)?;
+        let b = target.backend();
         let (h, hd, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
         let (q_width, kv_width) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);
+        let dense = |name: &str, n, k| -> Result<HostLinear> { Ok(HostLinear::Dense(ckpt.dense(name, n, k)?)) };
+        let linear = |name: &str, w: HostLinear| b.linear_weight(name, w);
+        let vector = |name: &str, len| b.vector(&ckpt.tensor(name, &[len])?);
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
-            let p = format!("layers.{i}");
+            let p = |name: &str| format!("layers.{i}.{name}");
+            let (attn, mlp) = (|name: &str| p(&format!("self_attn.{name}")), |name: &str| p(&format!("mlp.{name}")));
+            let kv = HostLinear::stack(
+                dense(&attn("k_proj.weight"), kv_width, h)?,
+                dense(&attn("v_proj.weight"), kv_width, h)?,
+            )?;
+            let gate_up = HostLinear::stack(
+                dense(&mlp("gate_proj.weight"), inter, h)?,
+                dense(&mlp("up_proj.weight"), inter, h)?,
+            )?;
             layers.push(Layer {
-                input_norm: ckpt.tensor(&format!("{p}.input_layernorm.weight"), &[h])?,
-                q_proj: ckpt.dense(&format!("{p}.self_attn.q_proj.weight"), q_width, h)?,
-                k_proj: ckpt.dense(&format!("{p}.self_attn.k_proj.weight"), kv_width, h)?,
-                v_proj: ckpt.dense(&format!("{p}.self_attn.v_proj.weight"), kv_width, h)?,
-                o_proj: ckpt.dense(&format!("{p}.self_attn.o_proj.weight"), h, q_width)?,
-                q_norm: ckpt.tensor(&format!("{p}.self_attn.q_norm.weight"), &[hd])?,
-                k_norm: ckpt.tensor(&format!("{p}.self_attn.k_norm.weight"), &[hd])?,
-                post_norm: ckpt.tensor(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate_proj: ckpt.dense(&format!("{p}.mlp.gate_proj.weight"), inter, h)?,
-                up_proj: ckpt.dense(&format!("{p}.mlp.up_proj.weight"), inter, h)?,
-                down_proj: ckpt.dense(&format!("{p}.mlp.down_proj.weight"), h, inter)?,
+                input_norm: vector(&p("input_layernorm.weight"), h)?,
+                q_proj: linear(&attn("q_proj"), dense(&attn("q_proj.weight"), q_width, h)?)?,
+                kv_proj: linear(&attn("k_proj+v_proj"), kv)?,
+                o_proj: linear(&attn("o_proj"), dense(&attn("o_proj.weight"), h, q_width)?)?,
+                q_norm: vector(&attn("q_norm.weight"), hd)?,
+                k_norm: vector(&attn("k_norm.weight"), hd)?,
+                post_norm: vector(&p("post_attention_layernorm.weight"), h)?,
+                gate_up: linear(&mlp("gate_proj+up_proj"), gate_up)?,
+                down_proj: linear(&mlp("down_proj"), dense(&mlp("down_proj.weight"), h, inter)?)?,
             });
         }
         // Qwen3's default rope: frequencies over the whole head, pairs (i, i + head_dim / 2).
         let inv_freq: Vec<f64> = (0..hd / 2).map(|i| 1.0 / c.rope_theta.powf((2 * i) as f64 / hd as f64)).collect();
+        let rope = Rope::new(&**b, &RopeTable::new(&inv_freq, target.config.context_len(), 1.0))?;
         Ok(DflashModel {
-            fc: ckpt.dense("fc.weight", h, c.tap_width())?,
-            hidden_norm: ckpt.tensor("hidden_norm.weight", &[h])?,
-            norm: ckpt.tensor("norm.weight", &[h])?,
+            fc: linear("fc", dense("fc.weight", h, c.tap_width())?)?,
+            hidden_norm: vector("hidden_norm.weight", h)?,
+            norm: vector("norm.weight", h)?,
             layers,
-            rope: RopeTable::new(&inv_freq, target.context_len(), 1.0),
+            rope,
+            backend: b.clone(),
             config: c,
         })
     }

@@ -4,21 +4,14 @@
 use kdtree_quant::reference::dot;
 use rayon::prelude::*;
 
-use crate::ops::cpu::softmax;
-
-/// Head counts and width of one attention.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Shape {
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-}
+use super::softmax;
+use crate::registry::GqaShape;
 
 /// `q` is `[n, heads * head_dim]`; the keys and values are the context's rows followed by the block's,
 /// each `[rows, kv_heads * head_dim]`; query head `h` reads key/value head `h / (heads / kv_heads)`.
 /// Scores are scaled by `1 / sqrt(head_dim)`. Returns `[n, heads * head_dim]`. Each row is computed in
 /// a fixed order, so its result does not depend on the other rows.
-pub(super) fn attention(q: &[f32], keys: [&[f32]; 2], values: [&[f32]; 2], s: Shape) -> Vec<f32> {
+pub fn gqa_attention(q: &[f32], keys: [&[f32]; 2], values: [&[f32]; 2], s: GqaShape) -> Vec<f32> {
     let (hd, kv_width) = (s.head_dim, s.kv_heads * s.head_dim);
     let group = s.heads / s.kv_heads;
     let scale = 1.0 / (hd as f32).sqrt();
@@ -50,22 +43,22 @@ mod tests {
     #[test]
     fn equal_scores_average_the_values_and_heads_share_their_group() {
         // Two query heads over one kv head of width 2; all keys zero, so every score ties.
-        let s = Shape { heads: 2, kv_heads: 1, head_dim: 2 };
+        let s = GqaShape { heads: 2, kv_heads: 1, head_dim: 2 };
         let q = [1.0, 2.0, -3.0, 0.5];
         let keys = [0.0; 6];
         let values = [1.0, 10.0, 3.0, 20.0, 5.0, 30.0];
-        let out = attention(&q, [&keys[..4], &keys[4..]], [&values[..4], &values[4..]], s);
+        let out = gqa_attention(&q, [&keys[..4], &keys[4..]], [&values[..4], &values[4..]], s);
         assert_eq!(out, [3.0, 20.0, 3.0, 20.0]);
     }
 
     #[test]
     fn a_dominant_key_takes_the_weight_whichever_part_holds_it() {
-        let s = Shape { heads: 1, kv_heads: 1, head_dim: 2 };
+        let s = GqaShape { heads: 1, kv_heads: 1, head_dim: 2 };
         let q = [10.0, 0.0];
         let keys = [0.0, 0.0, 10.0, 0.0];
         let values = [-1.0, -1.0, 7.0, 8.0];
-        let split = attention(&q, [&keys[..2], &keys[2..]], [&values[..2], &values[2..]], s);
-        let whole = attention(&q, [&keys, &[]], [&values, &[]], s);
+        let split = gqa_attention(&q, [&keys[..2], &keys[2..]], [&values[..2], &values[2..]], s);
+        let whole = gqa_attention(&q, [&keys, &[]], [&values, &[]], s);
         assert_eq!(split, whole);
         assert!((split[0] - 7.0).abs() < 1e-6 && (split[1] - 8.0).abs() < 1e-6, "{split:?}");
     }
