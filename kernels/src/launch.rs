@@ -273,8 +273,24 @@ pub unsafe fn gqa_attention_combine(
     head_dim: u32,
 );
 
+/// Each row of `logits` (`[rows, vocab]`) transformed (`× multiplier`, then `softcap · tanh(x /
+/// softcap)` where `softcap > 0`), log-softmaxed, and its `k` best finite log-probs with their tokens
+/// written to `tokens`/`log_probs` (`[rows, k]`), how many to `counts` (`[rows]`).
+#[kernel(file = "cuda/top_k.cu", grid = rows, block = 512)]
+pub unsafe fn top_k_log_softmax(
+    logits: &CudaSlice<f32>,
+    tokens: &mut CudaSlice<u32>,
+    log_probs: &mut CudaSlice<f32>,
+    counts: &mut CudaSlice<u32>,
+    rows: u32,
+    vocab: u32,
+    k: u32,
+    multiplier: f32,
+    softcap: f32,
+);
+
 /// This crate's kernels; naming them also links their registrations into the program.
-pub fn all() -> [&'static KernelDef; 27] {
+pub fn all() -> [&'static KernelDef; 28] {
     [
         &rmsnorm::KERNEL,
         &silu_mul::KERNEL,
@@ -303,5 +319,6 @@ pub fn all() -> [&'static KernelDef; 27] {
         &count_nonfinite::KERNEL,
         &gqa_attention_partial::KERNEL,
         &gqa_attention_combine::KERNEL,
+        &top_k_log_softmax::KERNEL,
     ]
 }

@@ -27,6 +27,7 @@
 //! | [`moe_align`] | `cuda/moe_align.cu` | one block: counts, prefix sums, tiles, a one-warp stable scatter |
 //! | [`count_nonfinite`] | `cuda/finite.cu` | up to 1024 blocks, grid-stride float4, an atomic per block |
 //! | [`gqa_attention`] | `cuda/gqa_attention.cu` | a block per (kv head, row, key split), a warp per query head, key tiles through shared memory; then a block per (row, head) combines the splits |
+//! | [`top_k_log_softmax`] | `cuda/top_k.cu` | a block per row: max, sum, a 4-pass radix select of the k-th log-prob, scans that place the k in token order |
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -55,4 +56,5 @@ pub use ops::moe::{Routing, moe_combine, moe_combine_sorted_bf16, route_noaux_tc
 pub use ops::moe_align::{Alignment, moe_align};
 pub use ops::rope::{RopeColumns, RopeLayout, rope_strided};
 pub use ops::rows::{copy_cols, embedding_bf16, gather_rows_f32, gather_rows_u16, scatter_rows_bf16_to_f32};
+pub use ops::top_k::top_k_log_softmax;
 pub use ops::{argmax, embedding, rmsnorm, rope_interleaved, silu_mul, softmax};

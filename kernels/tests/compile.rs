@@ -36,6 +36,9 @@ fn every_kernel_is_registered_and_compiles_for_sm90_and_sm120() {
             "moe_combine_sorted_bf16",
             "moe_align",
             "count_nonfinite",
+            "gqa_attention_partial",
+            "gqa_attention_combine",
+            "top_k_log_softmax",
         ]
     );
     let all = registered();

@@ -12,8 +12,8 @@ use kdtree_jit::mla::reference as mla;
 
 use crate::ops::cpu::{self, route};
 use crate::registry::{
-    Backend, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeLayout, RopeSpan, Routing, RowStore,
-    check_gqa,
+    Backend, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, LogitTransform, RopeLayout, RopeSpan, Routing,
+    RowStore, check_gqa,
 };
 
 /// The reference backend.
@@ -396,6 +396,10 @@ impl Backend for CpuBackend {
 
     fn argmax(&self, x: &CpuTensor) -> Result<Vec<u32>> {
         Ok(cpu::argmax(&x.data, x.cols))
+    }
+
+    fn top_k_log_softmax(&self, x: &CpuTensor, k: usize, transform: LogitTransform) -> Result<Vec<Vec<(u32, f32)>>> {
+        Ok(cpu::top_k_log_softmax(&x.data, x.cols, k, transform))
     }
 
     fn argmax_checked(&self, x: &CpuTensor) -> Result<(Vec<u32>, usize)> {

@@ -62,8 +62,8 @@ pub use tensor::{CudaBatch, CudaTensor, MAX_GRAPH_TOKENS};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::registry::{
-    Backend, ComputeDtype, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan, RowStore, check_gqa,
-    eager_forward_argmax,
+    Backend, ComputeDtype, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, LogitTransform, RopeSpan,
+    RowStore, check_gqa, eager_forward_argmax,
 };
 
 /// What the CUDA backend is opened with.
@@ -635,6 +635,16 @@ impl Backend for CudaBackend {
             let mut out = self.output::<u32>(x.rows)?;
             kdtree_kernels::argmax(&self.kernels, &x.data, x.cols, &mut out)?;
             Ok(self.stream().clone_dtoh(&out)?)
+        })
+    }
+
+    fn top_k_log_softmax(&self, x: &CudaTensor, k: usize, transform: LogitTransform) -> Result<Vec<Vec<(u32, f32)>>> {
+        if k == 0 {
+            return Ok(vec![Vec::new(); x.rows]);
+        }
+        self.timed(rest, || {
+            let (m, cap) = (transform.multiplier, transform.softcap);
+            Ok(kdtree_kernels::top_k_log_softmax(&self.kernels, &x.data, x.cols, k, m, cap)?)
         })
     }
 

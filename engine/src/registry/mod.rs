@@ -106,6 +106,21 @@ impl KvDtype {
     }
 }
 
+/// How a drafter's logits become the scores it softmaxes: `× multiplier`, then `softcap · tanh(x /
+/// softcap)` where a softcap is given (DFlash's `output_multiplier`, `final_logit_softcapping`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogitTransform {
+    pub multiplier: f32,
+    pub softcap: Option<f32>,
+}
+
+impl LogitTransform {
+    pub fn apply(&self, x: f32) -> f32 {
+        let x = x * self.multiplier;
+        self.softcap.map_or(x, |cap| cap * (x / cap).tanh())
+    }
+}
+
 /// Head counts and width of a grouped-query attention: query head `h` reads key/value head
 /// `h / (heads / kv_heads)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,6 +338,10 @@ pub trait Backend: Send + Sync + Sized {
     /// [`Self::argmax`], and how many values of `x` are NaN or infinite, read back together: the
     /// check every forward makes of its logits ([`crate::Model::forward_argmax`]).
     fn argmax_checked(&self, x: &Self::Tensor) -> Result<(Vec<u32>, usize)>;
+    /// Each row of logits `x` transformed, log-softmaxed and cut to its best `k` finite entries as
+    /// (token, log-prob), best first with ties to the lower token ([`crate::ops::cpu::top_k_log_softmax`]):
+    /// only the candidates leave the device.
+    fn top_k_log_softmax(&self, x: &Self::Tensor, k: usize, transform: LogitTransform) -> Result<Vec<Vec<(u32, f32)>>>;
     /// The tensor on the host, row-major.
     fn to_host(&self, x: &Self::Tensor) -> Result<Vec<f32>>;
     /// Host rows of `cols` values as a tensor of this backend (what a drafter that computes on the host

@@ -63,7 +63,7 @@ use crate::cpu::{CpuAbsorb, CpuBackend, CpuBatch, CpuExperts, CpuTensor, KvCache
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::ops::cpu;
-use crate::registry::{Backend, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, RopeSpan};
+use crate::registry::{Backend, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, LogitTransform, RopeSpan};
 
 /// The CPU backend over `ranks` simulated ranks.
 #[derive(Debug)]
@@ -372,6 +372,10 @@ impl Backend for ShardedCpu {
                 best.1 as u32
             })
             .collect())
+    }
+
+    fn top_k_log_softmax(&self, x: &CpuTensor, k: usize, transform: LogitTransform) -> Result<Vec<Vec<(u32, f32)>>> {
+        CpuBackend.top_k_log_softmax(x, k, transform)
     }
 
     fn argmax_checked(&self, x: &CpuTensor) -> Result<(Vec<u32>, usize)> {

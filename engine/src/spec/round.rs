@@ -31,8 +31,8 @@ pub struct RoundTiming {
     pub p10_us: f64,
     pub p90_us: f64,
     pub reps: u32,
-    /// Of the round, the median of the model's forward alone, to logits on the host ([`time_forward`]);
-    /// the rest is the softmax and the top-K. `None` where it was not measured.
+    /// Of the round, the median of the model's forward alone, to the LM head's logits ([`time_forward`]);
+    /// the rest is the softmax and the top-K and reading them back. `None` where it was not measured.
     pub forward_median_us: Option<f64>,
 }
 
@@ -76,7 +76,8 @@ pub fn time_rounds<B: Backend>(
 
 /// The median µs of `reps` forwards of the DFlash drafter `model` (after one untimed) from the same
 /// state as [`time_rounds`]'s rounds: the block embedded by the target, the drafter's layers, the
-/// target's LM head, the logits on the host; no softmax, no top-K.
+/// target's LM head; no softmax, no top-K. Each rep ends by reading back the rows' argmax, a sync
+/// that moves a few bytes.
 pub fn time_forward<B: Backend>(target: &Model<B>, model: &DflashModel<B>, prompt: &[u32], reps: usize) -> Result<f64> {
     if reps == 0 || prompt.is_empty() {
         return Err(EngineError::InvalidArgument("timing a drafter's forward needs a prompt and a rep".into()));
@@ -85,11 +86,12 @@ pub fn time_forward<B: Backend>(target: &Model<B>, model: &DflashModel<B>, promp
     let (bonus, taps) = target.prefill_tapped(&mut cache, prompt, &model.config.target_layer_ids)?;
     let mut context = model.new_context()?;
     model.extend_context(&mut context, &taps)?;
-    model.draft_logits(target, &context, bonus)?;
+    let forward = || target.backend().argmax(&model.block_logits(target, &context, bonus)?);
+    forward()?;
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
         let start = Instant::now();
-        model.draft_logits(target, &context, bonus)?;
+        forward()?;
         samples.push(start.elapsed().as_secs_f64() * 1e6);
     }
     Ok(Timing::from_samples(samples).median_us)

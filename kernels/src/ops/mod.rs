@@ -13,6 +13,7 @@ pub mod moe;
 pub mod moe_align;
 pub mod rope;
 pub mod rows;
+pub mod top_k;
 
 use cudarc::driver::CudaSlice;
 use kdtree_jit::kernel::Kernels;

@@ -11,6 +11,7 @@ mod moe;
 mod moe_align;
 mod rope;
 mod rows;
+mod top_k;
 
 pub use attention::{GqaArgs, GqaSizes, MAX_HEAD_DIM, TILE, gqa_attention};
 pub use elementwise::{at_least, silu_halves};
@@ -20,6 +21,7 @@ pub use moe::{
 pub use moe_align::{AlignArgs, MAX_ASSIGNMENTS, moe_align};
 pub use rope::{RopeArgs, rope_strided};
 pub use rows::{copy_cols, embedding_rows, indexed_rows};
+pub use top_k::{TopKArgs, top_k_log_softmax};
 
 use crate::error::{Error, Result};
 

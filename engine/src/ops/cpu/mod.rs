@@ -10,6 +10,7 @@ mod linear;
 mod norm;
 mod rope;
 mod route;
+mod top_k;
 
 pub use elementwise::{argmax, count_nonfinite, silu_mul, softmax};
 pub use embedding::embedding;
@@ -18,3 +19,4 @@ pub use linear::{dense_linear, linear, w4a16_linear};
 pub use norm::rmsnorm;
 pub use rope::{rope_half_split, rope_interleaved};
 pub use route::route;
+pub use top_k::{log_softmax, rank_order, top_k, top_k_log_softmax};

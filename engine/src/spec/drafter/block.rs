@@ -7,10 +7,11 @@
 //! feeds are the real thing; the acceptance rate is not.
 
 use super::model::{Session, check_vocab};
-use super::{Draft, Drafter, log_softmax};
+use super::{Draft, Drafter};
 use crate::error::Result;
 use crate::mask::TreeMask;
 use crate::model::Model;
+use crate::ops::cpu::log_softmax;
 use crate::registry::Backend;
 
 pub struct BlockDrafter<'m, B: Backend> {

@@ -20,6 +20,7 @@ pub use model::ModelDrafter;
 pub use oracle::NoisyOracle;
 
 use crate::error::{EngineError, Result};
+use crate::ops::cpu;
 
 /// Proposes distributions for the tokens that follow the committed context and the bonus token.
 pub trait Drafter {
@@ -49,6 +50,12 @@ pub struct Choice {
     pub log_prob: f32,
 }
 
+impl From<(u32, f32)> for Choice {
+    fn from((token, log_prob): (u32, f32)) -> Choice {
+        Choice { token, log_prob }
+    }
+}
+
 /// Per-depth candidate lists, each sorted by log-probability descending, ties by lower token id, with
 /// only finite log-probabilities (a token with probability zero, or a NaN, is never proposed) and
 /// distinct tokens. The rank of a token is its index in its depth's list.
@@ -66,7 +73,8 @@ impl Draft {
                 rows.len()
             )));
         }
-        let depths = rows.chunks(vocab).map(|row| top_k_of_row(row, top_k)).collect();
+        let depths =
+            rows.chunks(vocab).map(|row| cpu::top_k(row, top_k).into_iter().map(Choice::from).collect()).collect();
         Ok(Draft { depths })
     }
 
@@ -79,7 +87,7 @@ impl Draft {
                 return Err(EngineError::TokenOutOfRange { id: c.token, vocab });
             }
             list.retain(|c| c.log_prob.is_finite());
-            list.sort_by(rank_order);
+            list.sort_by(|a, b| cpu::rank_order(&(a.token, a.log_prob), &(b.token, b.log_prob)));
             if has_duplicates(&list) {
                 return Err(EngineError::InvalidArgument(format!(
                     "draft depth {}: a token is listed twice",
@@ -107,41 +115,10 @@ impl Draft {
     }
 }
 
-/// Best first: higher log-probability, then lower token id.
-fn rank_order(a: &Choice, b: &Choice) -> std::cmp::Ordering {
-    b.log_prob.total_cmp(&a.log_prob).then(a.token.cmp(&b.token))
-}
-
 fn has_duplicates(list: &[Choice]) -> bool {
     let mut tokens: Vec<u32> = list.iter().map(|c| c.token).collect();
     tokens.sort_unstable();
     tokens.windows(2).any(|w| w[0] == w[1])
-}
-
-/// The best `k` finite entries of one row, sorted by [`rank_order`]: a partial sort, O(vocab + k log k).
-fn top_k_of_row(row: &[f32], k: usize) -> Vec<Choice> {
-    let mut all: Vec<Choice> = row
-        .iter()
-        .enumerate()
-        .filter(|(_, lp)| lp.is_finite())
-        .map(|(token, &log_prob)| Choice { token: token as u32, log_prob })
-        .collect();
-    if k < all.len() {
-        if k == 0 {
-            return Vec::new();
-        }
-        all.select_nth_unstable_by(k - 1, rank_order);
-        all.truncate(k);
-    }
-    all.sort_by(rank_order);
-    all
-}
-
-/// Natural-log softmax of logits rows `[rows, vocab]` on the host, in place: the reference softmax,
-/// then ln.
-fn log_softmax(logits: &mut [f32], vocab: usize) {
-    crate::ops::cpu::softmax(logits, vocab);
-    logits.iter_mut().for_each(|p| *p = p.ln());
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! A small draft model of the target's family, run greedily for L steps.
 
-use super::{Draft, Drafter, log_softmax};
+use super::{Draft, Drafter};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::model::Model;
+use crate::ops::cpu::log_softmax;
 use crate::registry::{Backend, KvStore};
 
 /// Runs its own model greedily from the bonus token for L steps and returns its softmax at each step.

@@ -5,7 +5,7 @@ use super::weights::DflashModel;
 use crate::error::{EngineError, Result};
 use crate::model::Model;
 use crate::registry::Backend;
-use crate::spec::drafter::{Draft, Drafter, log_softmax};
+use crate::spec::drafter::{Choice, Draft, Drafter};
 
 /// Drafts with `model` for `target`: each round one pass over the block `[bonus, mask × (L − 1)]`, so a
 /// round drafts at most `block_size − 1` positions, whatever the draft length asked for.
@@ -33,11 +33,12 @@ impl<B: Backend> Drafter for DflashDrafter<'_, B> {
                 context.len()
             )));
         }
-        let vocab = self.target.config.vocab_size;
-        let mut logits = self.model.draft_logits(self.target, &self.context, bonus)?;
-        logits.truncate(len.min(self.model.config.block_size - 1) * vocab);
-        log_softmax(&mut logits, vocab);
-        Draft::from_log_probs(&logits, vocab, top_k)
+        // Only each row's top_k leave the backend; the bonus row drafts nothing.
+        let logits = self.model.block_logits(self.target, &self.context, bonus)?;
+        let rows = self.target.backend().top_k_log_softmax(&logits, top_k, self.model.transform())?;
+        let depths =
+            rows.into_iter().skip(1).take(len).map(|row| row.into_iter().map(Choice::from).collect()).collect();
+        Draft::from_choices(depths, self.target.config.vocab_size, top_k)
     }
 
     fn target_layers(&self) -> &[usize] {

@@ -5,7 +5,7 @@ use super::weights::{DflashModel, Layer};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::model::Model;
-use crate::registry::{Backend, GqaShape, RopeLayout, RopeSpan, RowStore};
+use crate::registry::{Backend, GqaShape, LogitTransform, RopeLayout, RopeSpan, RowStore};
 
 /// Every committed token's keys and values, per drafter layer: `k_norm`ed and rotated keys, values,
 /// each rows of `kv_heads * head_dim` on the backend. Token `i` sits at position `i`.
@@ -68,9 +68,10 @@ impl<B: Backend> DflashModel<B> {
     }
 
     /// One round: the block `[bonus, mask × (block_size − 1)]` at the positions after `ctx`, run through
-    /// the drafter over `ctx` and itself, read through `target`'s LM head. Returns the logits of the
-    /// `block_size − 1` masked positions, `[block_size − 1, vocab]`: the drafts of the tokens after `bonus`.
-    pub fn draft_logits(&self, target: &Model<B>, ctx: &DflashContext<B>, bonus: u32) -> Result<Vec<f32>> {
+    /// the drafter over `ctx` and itself, read through `target`'s LM head: the block's raw logits
+    /// `[block_size, vocab]`, on the backend, before the config's transform ([`Self::transform`]). Row
+    /// `i` drafts the token `i` places after `bonus`; row 0 (the bonus's own) drafts nothing.
+    pub fn block_logits(&self, target: &Model<B>, ctx: &DflashContext<B>, bonus: u32) -> Result<B::Tensor> {
         let (c, b) = (&self.config, &*self.backend);
         let n = c.block_size;
         let batch = self.batch(ctx.len, n)?;
@@ -90,16 +91,22 @@ impl<B: Backend> DflashModel<B> {
             let act = b.silu_mul(&b.linear(&h, &layer.gate_up)?, &layer.down_proj)?;
             b.add_assign(&mut x, &b.linear(&act, &layer.down_proj)?)?;
         }
-        // The bonus row drafts nothing (it is the token the target already chose): its logits are dropped.
-        let mut logits = b.to_host(&target.lm_head(&b.rmsnorm(&x, &self.norm, c.rms_norm_eps)?)?)?;
+        target.lm_head(&b.rmsnorm(&x, &self.norm, c.rms_norm_eps)?)
+    }
+
+    /// [`Self::block_logits`] on the host, transformed, without the bonus row: `[block_size − 1,
+    /// vocab]`, the logits the reference implementation reports.
+    pub fn draft_logits(&self, target: &Model<B>, ctx: &DflashContext<B>, bonus: u32) -> Result<Vec<f32>> {
+        let mut logits = self.backend.to_host(&self.block_logits(target, ctx, bonus)?)?;
         logits.drain(..target.config.vocab_size);
-        for v in &mut logits {
-            *v *= c.output_multiplier;
-            if let Some(cap) = c.final_logit_softcapping {
-                *v = cap * (*v / cap).tanh();
-            }
-        }
+        let transform = self.transform();
+        logits.iter_mut().for_each(|v| *v = transform.apply(*v));
         Ok(logits)
+    }
+
+    /// How the logits become scores: the config's `output_multiplier` and `final_logit_softcapping`.
+    pub fn transform(&self) -> LogitTransform {
+        LogitTransform { multiplier: self.config.output_multiplier, softcap: self.config.final_logit_softcapping }
     }
 
     /// The block's attention output `[rows, heads * head_dim]` over the context `[keys, values]` and itself.
