@@ -10,7 +10,7 @@ mod gpu_common;
 use std::path::{Path, PathBuf};
 
 use kdtree_engine::cpu::CpuBackend;
-use kdtree_engine::registry::Backend;
+use kdtree_engine::registry::{Backend, ComputeDtype};
 use kdtree_engine::spec::{
     DflashContext, DflashDrafter, DflashModel, Draft, Drafter, Method, TreeLimits, speculative_generate,
 };
@@ -124,22 +124,34 @@ fn drafts_match_the_reference_implementation() {
     matches_the_reference(&target, BOUND);
 }
 
-/// The bound on the GPU: the drafter's GEMMs take bf16 inputs there (cuBLAS with bf16 operands, as
-/// the target's own dense layers), so every activation is rounded to bf16 before each linear, where
-/// the reference keeps f32: ~2^-8 relative a rounding, through two layers and the LM head.
-const GPU_BOUND: f64 = 3e-2;
+/// The GPU in f32 (the target loaded with `--dtype f32`, which the drafter follows: f32 GEMMs without
+/// TF32): the reference's arithmetic, summed in other orders, so the CPU's bound holds.
+#[test]
+#[ignore = "needs a GPU"]
+fn drafts_match_the_reference_implementation_on_the_gpu_in_f32() {
+    matches_the_reference(&on_gpu(Some(ComputeDtype::F32)), BOUND);
+}
+
+/// The bound in the checkpoint's bf16: the GEMMs take bf16 operands there (cuBLAS, as the target's own
+/// dense layers), so every activation is rounded to bf16 before each linear, where the reference keeps
+/// f32: ~2^-8 relative a rounding, through two layers and the LM head. Measured on an H100: 1.7e-2
+/// (plain) and 4.9e-2 (scaled: its embedding scale of 1.5 weights the rounded residual stream more).
+/// The top-1 checks are what this test is for; the f32 test above checks the arithmetic.
+const GPU_BF16_BOUND: f64 = 8e-2;
 
 #[test]
 #[ignore = "needs a GPU"]
 fn drafts_match_the_reference_implementation_on_the_gpu() {
-    let dir = tempfile::tempdir().unwrap();
-    write_tiny_model(dir.path(), &TinySpec { seed: fixture().target_seed, ..TinySpec::default() }).unwrap();
-    matches_the_reference(&on_gpu(dir.path()), GPU_BOUND);
+    matches_the_reference(&on_gpu(None), GPU_BF16_BOUND);
 }
 
-fn on_gpu(dir: &Path) -> Model<kdtree_engine::cuda::CudaBackend> {
+/// The fixture's target on the GPU, its dense weights in `dtype` (`None`: as stored).
+fn on_gpu(dtype: Option<ComputeDtype>) -> Model<kdtree_engine::cuda::CudaBackend> {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), &TinySpec { seed: fixture().target_seed, ..TinySpec::default() }).unwrap();
     let backend = kdtree_engine::cuda::CudaBackend::open(&gpu_common::options()).expect("a GPU");
-    Model::load_on(dir, std::sync::Arc::new(backend)).unwrap()
+    // Loading reads every tensor: the folder may go after it.
+    Model::load_as(dir.path(), std::sync::Arc::new(backend), dtype).unwrap()
 }
 
 /// The context rows of a round, however they were appended (all at once, a round at a time, or past a
@@ -356,9 +368,7 @@ fn ddtree_with_a_dflash_drafter_is_greedy_exact_and_commits_only_accepted_featur
 #[test]
 #[ignore = "needs a GPU"]
 fn ddtree_with_a_dflash_drafter_is_greedy_exact_on_the_gpu() {
-    let dir = tempfile::tempdir().unwrap();
-    write_tiny_model(dir.path(), &TinySpec { seed: fixture().target_seed, ..TinySpec::default() }).unwrap();
-    let target = on_gpu(dir.path());
+    let target = on_gpu(None);
     let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target).unwrap();
     let prompt = [5u32, 17, 42, 9, 200, 31];
     let greedy = greedy_generate(&target, &prompt, 24, &[]).unwrap();

@@ -9,7 +9,7 @@
 // gqa_attention_combine: each (row, head) rescales its splits' partials to one max and divides.
 
 #define TILE 32
-#define MAX_D 256  // head_dim at most; the launcher checks
+#define MAX_D 128  // head_dim at most; the launcher checks
 #define NEG_INF __int_as_float(0xff800000)
 
 __device__ __forceinline__ float warp_max(float v) {

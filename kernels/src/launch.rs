@@ -273,24 +273,54 @@ pub unsafe fn gqa_attention_combine(
     head_dim: u32,
 );
 
-/// Each row of `logits` (`[rows, vocab]`) transformed (`× multiplier`, then `softcap · tanh(x /
-/// softcap)` where `softcap > 0`), log-softmaxed, and its `k` best finite log-probs with their tokens
-/// written to `tokens`/`log_probs` (`[rows, k]`), how many to `counts` (`[rows]`).
-#[kernel(file = "cuda/top_k.cu", grid = rows, block = 512)]
-pub unsafe fn top_k_log_softmax(
+/// Per chunk of `chunk` tokens of each row of `logits` (`[rows, vocab]`, transformed: `× multiplier`,
+/// then `softcap · tanh(x / softcap)` where `softcap > 0`): its max and sum of exponentials, into `part`
+/// (`[rows, chunks, 2]`). `chunk` is [`crate::shape::TOP_K_CHUNK`].
+#[kernel(file = "cuda/top_k.cu", grid = (vocab.div_ceil(chunk), rows), block = 256)]
+pub unsafe fn top_k_max_sum(
     logits: &CudaSlice<f32>,
-    tokens: &mut CudaSlice<u32>,
-    log_probs: &mut CudaSlice<f32>,
-    counts: &mut CudaSlice<u32>,
+    part: &mut CudaSlice<f32>,
     rows: u32,
     vocab: u32,
+    chunk: u32,
+    multiplier: f32,
+    softcap: f32,
+);
+
+/// Per chunk: its best `k` log-probs (the row's log-softmax, from `part`) into `cand_token`/`cand_lp`
+/// (`[rows, chunks, k]`, token order), how many into `cand_count` (`[rows, chunks]`).
+#[kernel(file = "cuda/top_k.cu", grid = (vocab.div_ceil(chunk), rows), block = 256)]
+pub unsafe fn top_k_chunk(
+    logits: &CudaSlice<f32>,
+    part: &CudaSlice<f32>,
+    cand_token: &mut CudaSlice<u32>,
+    cand_lp: &mut CudaSlice<f32>,
+    cand_count: &mut CudaSlice<u32>,
+    rows: u32,
+    vocab: u32,
+    chunk: u32,
     k: u32,
     multiplier: f32,
     softcap: f32,
 );
 
+/// Per row: the best `k` of its chunks' candidates into `tokens`/`log_probs` (`[rows, k]`, token
+/// order), how many into `counts` (`[rows]`).
+#[kernel(file = "cuda/top_k.cu", grid = rows, block = 256)]
+pub unsafe fn top_k_merge(
+    cand_token: &CudaSlice<u32>,
+    cand_lp: &CudaSlice<f32>,
+    cand_count: &CudaSlice<u32>,
+    tokens: &mut CudaSlice<u32>,
+    log_probs: &mut CudaSlice<f32>,
+    counts: &mut CudaSlice<u32>,
+    rows: u32,
+    chunks: u32,
+    k: u32,
+);
+
 /// This crate's kernels; naming them also links their registrations into the program.
-pub fn all() -> [&'static KernelDef; 28] {
+pub fn all() -> [&'static KernelDef; 30] {
     [
         &rmsnorm::KERNEL,
         &silu_mul::KERNEL,
@@ -319,6 +349,8 @@ pub fn all() -> [&'static KernelDef; 28] {
         &count_nonfinite::KERNEL,
         &gqa_attention_partial::KERNEL,
         &gqa_attention_combine::KERNEL,
-        &top_k_log_softmax::KERNEL,
+        &top_k_max_sum::KERNEL,
+        &top_k_chunk::KERNEL,
+        &top_k_merge::KERNEL,
     ]
 }

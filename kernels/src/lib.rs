@@ -27,7 +27,7 @@
 //! | [`moe_align`] | `cuda/moe_align.cu` | one block: counts, prefix sums, tiles, a one-warp stable scatter |
 //! | [`count_nonfinite`] | `cuda/finite.cu` | up to 1024 blocks, grid-stride float4, an atomic per block |
 //! | [`gqa_attention`] | `cuda/gqa_attention.cu` | a block per (kv head, row, key split), a warp per query head, key tiles through shared memory; then a block per (row, head) combines the splits |
-//! | [`top_k_log_softmax`] | `cuda/top_k.cu` | a block per row: max, sum, a 4-pass radix select of the k-th log-prob, scans that place the k in token order |
+//! | [`top_k_log_softmax`] | `cuda/top_k.cu` | chunks of 4096 tokens: a block per (row, chunk) for its max and sum, then for its k best (radix select over log-prob keys, scans that keep token order); a block per row merges |
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

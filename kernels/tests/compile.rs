@@ -38,7 +38,9 @@ fn every_kernel_is_registered_and_compiles_for_sm90_and_sm120() {
             "count_nonfinite",
             "gqa_attention_partial",
             "gqa_attention_combine",
-            "top_k_log_softmax",
+            "top_k_max_sum",
+            "top_k_chunk",
+            "top_k_merge",
         ]
     );
     let all = registered();

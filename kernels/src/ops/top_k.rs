@@ -24,23 +24,51 @@ pub fn top_k_log_softmax(
     if a.rows == 0 {
         return Ok(Vec::new());
     }
-    let rows = a.rows as usize;
+    let (rows, row_chunks) = (a.rows as usize, a.rows as usize * a.chunks as usize);
+    let chunk = shape::TOP_K_CHUNK as u32;
     let stream = kernels.stream();
+    // SAFETY (the allocations): every value is written by its kernel before the next reads it; the
+    // candidates past a chunk's count are never read.
+    let (mut part, mut cand_token, mut cand_lp, mut cand_count) = unsafe {
+        (
+            stream.alloc::<f32>(2 * row_chunks)?,
+            stream.alloc::<u32>(row_chunks * k)?,
+            stream.alloc::<f32>(row_chunks * k)?,
+            stream.alloc::<u32>(row_chunks)?,
+        )
+    };
     let (mut tokens, mut log_probs, mut counts) =
         (stream.alloc_zeros::<u32>(rows * k)?, stream.alloc_zeros::<f32>(rows * k)?, stream.alloc_zeros::<u32>(rows)?);
-    // SAFETY: logits hold rows of vocab; tokens and log_probs rows of k, counts one a row.
+    let (m, cap) = (a.multiplier, a.softcap);
+    // SAFETY: logits hold `rows` rows of `vocab`; part 2 values a (row, chunk); the row_chunks `k` a
+    // (row, chunk) and a count each; the outputs `k` a row and a count each.
     unsafe {
-        launch::top_k_log_softmax(
+        launch::top_k_max_sum(kernels, logits, &mut part, a.rows, a.vocab, chunk, m, cap)?;
+        launch::top_k_chunk(
             kernels,
             logits,
+            &part,
+            &mut cand_token,
+            &mut cand_lp,
+            &mut cand_count,
+            a.rows,
+            a.vocab,
+            chunk,
+            a.k,
+            m,
+            cap,
+        )?;
+        launch::top_k_merge(
+            kernels,
+            &cand_token,
+            &cand_lp,
+            &cand_count,
             &mut tokens,
             &mut log_probs,
             &mut counts,
             a.rows,
-            a.vocab,
+            a.chunks,
             a.k,
-            a.multiplier,
-            a.softcap,
         )?;
     }
     let (tokens, log_probs, counts) =

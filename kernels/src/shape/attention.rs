@@ -5,8 +5,9 @@ use crate::error::Result;
 
 /// Keys a block of the partial kernel scores per pass, through shared memory (the source's `TILE`).
 pub const TILE: usize = 32;
-/// The widest head the partial kernel's registers hold (the source's `MAX_D`).
-pub const MAX_HEAD_DIM: usize = 256;
+/// The widest head the partial kernel takes (the source's `MAX_D`): its registers, and a tile of 32 keys and
+/// values of 256 would need 64 KB of shared memory. DFlash's Qwen3-style drafters use 128.
+pub const MAX_HEAD_DIM: usize = 128;
 /// Shared memory a block may take without opting in.
 const SHARED_LIMIT: usize = 48 * 1024;
 /// Blocks to aim for: about two per SM of the largest GPUs, so that few rows still fill the device.
@@ -121,7 +122,7 @@ mod tests {
         assert!(matches!(gqa_attention(s, q, [3 * kv; 2], [kv, 2 * kv], q), Err(Error::Shape { .. })));
         assert!(matches!(gqa_attention(s, q + 1, [3 * kv; 2], [2 * kv; 2], q + 1), Err(Error::Shape { .. })));
         assert!(matches!(args(GqaSizes { heads: 6, kv_heads: 4, ..s }), Err(Error::Shape { .. })));
-        assert!(matches!(args(GqaSizes { head_dim: 512, ..s }), Err(Error::Unsupported { .. })));
+        assert!(matches!(args(GqaSizes { head_dim: 256, ..s }), Err(Error::Unsupported { .. })));
         assert!(matches!(
             args(GqaSizes { heads: 16, kv_heads: 1, head_dim: 256, ..s }),
             Err(Error::Unsupported { .. })

@@ -47,11 +47,17 @@ impl<B: Backend> std::fmt::Debug for DflashModel<B> {
 impl<B: Backend> DflashModel<B> {
     /// Loads the drafter folder `dir` for `target`, onto the target's backend. A config that does not
     /// fit the target, or a tensor missing or of the wrong shape, is an error naming the file and key
-    /// or tensor.
+    /// or tensor. Its dense weights keep their stored dtype unless the target's compute dtype was asked
+    /// for ([`crate::registry::Dtypes::chosen`]); then they follow it.
     pub fn load(dir: &Path, target: &Model<B>) -> Result<DflashModel<B>> {
         let c = DflashConfig::load(dir, &target.config)?;
-        let ckpt = Checkpoint::open(dir, Layout::CausalLm)?;
+        let mut ckpt = Checkpoint::open(dir, Layout::CausalLm)?;
         ckpt.check_float_dtypes(&dir.join("config.json").display().to_string(), None)?;
+        // A compute dtype asked of the target (`--dtype`) is the drafter's too: one arithmetic a run.
+        let dtypes = target.dtypes();
+        if dtypes.chosen {
+            ckpt.set_compute(dtypes.compute);
+        }
         let b = target.backend();
         let (h, hd, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
         let (q_width, kv_width) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);
