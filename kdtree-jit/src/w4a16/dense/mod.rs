@@ -2,24 +2,109 @@
 //! (shape, M) and the engine runs whichever won: the tiles of [`W4a16`] (mma, stream, gemv; sm_80 to
 //! sm_120) and Hopper's [`W4a16Wgmma`] (compiled for sm_90a on an sm_90 device).
 //!
+//! A family is a [`DenseFamily`]: its kernels share one signature and one launch ([`DenseKernel`]),
+//! and differ in what the trait asks (the weight layout, the target, the grid). A new family
+//! implements it and adds its arm to [`DenseVariant`].
+//!
 //! Batch invariance, per family (what the engine's exact mode needs: a row's result must not depend
 //! on M): every variant of both families sums each output over K in an order fixed by its own axes
 //! and K (warps along K, split-K in split order, wgmma's k16 steps in order), and rows never mix: a
 //! variant computes a row's bits whatever M is. The two families' orders differ, so exact mode
 //! runs one variant for every M. Row-limited tiles (stream, gemv) run more rows in blocks of `bm`.
 
+mod kernel;
+
+use std::fmt::Debug;
+
 use kdtree_quant::{Dtype, QuantizedWeight};
 
-use crate::w4a16::wgmma::{self, W4a16Wgmma, WgmmaKernel};
-use crate::w4a16::{self, DeviceWeights, GemmBuffers, W4a16, W4a16Kernel, accuracy};
-use crate::{Arch, Compiled, Gpu, Invalid, Result, Target, Variant};
+use crate::w4a16::wgmma::W4a16Wgmma;
+use crate::w4a16::{DeviceWeights, W4a16};
+use crate::{Arch, Invalid, Result, Target, Variant};
 
-/// A dense W4A16 GEMM variant of any family. Its name is its family's (`w4a16_mma_...`,
-/// `w4a16_wgmma_...`), so tuning DB entries name it as they always did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DenseVariant {
-    Tiles(W4a16),
-    Wgmma(W4a16Wgmma),
+pub use kernel::{DenseKernel, GemmBuffers};
+
+/// What a dense W4A16 family's variants tell the tuner, the engine and [`DenseKernel::launch`].
+/// Every family's kernel computes `Y = X · dequant(W)ᵀ` with the signature (x, packed, scales, y,
+/// workspace, m, n, k), so one launch serves them all.
+pub trait DenseFamily: crate::DynVariant + Debug + Send + Sync {
+    /// The target it compiles for on a device of `device` (its plain arch, sm_90 for an H200).
+    fn compile_arch(&self, device: Arch) -> Arch;
+
+    /// The weight layout it reads.
+    fn layout(&self) -> Layout;
+
+    /// The dtype of X, Y and the scales.
+    fn dtype(&self) -> Dtype;
+
+    /// K elements per scale.
+    fn group_size(&self) -> usize;
+
+    /// Rows of X per block.
+    fn block_rows(&self) -> usize;
+
+    /// The most rows one launch computes, if it is limited (their rows live in registers).
+    fn row_limit(&self) -> Option<usize>;
+
+    /// f32 elements of the workspace one launch of `m` rows needs: split-K's tile counters, then
+    /// its partials; none without split-K.
+    fn workspace_len(&self, m: usize, n: usize) -> usize;
+
+    /// The largest error against the CPU reference it may show and still be correct.
+    fn tolerance(&self) -> f64;
+
+    /// `w` in the layout it reads: the weight's group size and scale dtype must be the variant's.
+    fn repack(&self, w: &QuantizedWeight) -> Result<DeviceWeights>;
+
+    /// The weight back from its layout: the inverse of [`Self::repack`].
+    fn unpack(&self, d: &DeviceWeights, n: usize, k: usize) -> Result<QuantizedWeight>;
+
+    /// Lengths of the repacked (packed, scales) of an [n, k] weight: what a launch checks its
+    /// buffers against.
+    fn lengths(&self, n: usize, k: usize) -> (usize, usize);
+
+    /// Blocks of a launch of `m` rows, along (x, y, z).
+    fn grid(&self, m: usize, n: usize) -> (usize, usize, usize);
+
+    /// Threads per block.
+    fn threads(&self) -> u32;
+
+    /// Dynamic shared memory per block, in bytes.
+    fn shared_bytes(&self) -> usize;
+
+    /// Static shared memory of its kernel, in bytes (an upper bound): with the dynamic, whether a
+    /// launch must opt in to more than 48 KiB.
+    fn static_bytes(&self) -> usize;
+
+    /// Why it cannot compute an [m, k] x [n, k]ᵀ product, if it cannot.
+    fn unsupported(&self, m: usize, n: usize, k: usize) -> Option<String> {
+        let g = self.group_size();
+        // K as the kernels index it: padded to wgmma's 64-deep weight chunks, the most a layout pads.
+        let int = |x: usize| i32::try_from(x).is_ok();
+        if m == 0 || n == 0 || k == 0 {
+            Some(format!("empty product {m} x {n} x {k}"))
+        } else if !k.is_multiple_of(g) {
+            Some(format!("K = {k} is not a multiple of the group size {g}"))
+        } else if let Some(rows) = self.row_limit()
+            && m > rows
+        {
+            Some(format!("it computes at most {rows} rows, not {m}"))
+        } else if !int(m) || !int(n) || !int(k.next_multiple_of(64)) || self.grid(m, n).1 > 65_535 {
+            Some(format!("{m} x {n} x {k} exceeds the kernel's index range"))
+        } else {
+            None
+        }
+    }
+
+    /// True when it computes an [m, k] x [n, k]ᵀ product.
+    fn supports(&self, m: usize, n: usize, k: usize) -> bool {
+        self.unsupported(m, n, k).is_none()
+    }
+
+    /// [`crate::DynVariant::check`] against the target it compiles for on `device`.
+    fn check_on(&self, device: Arch) -> std::result::Result<(), Invalid> {
+        self.check(&Target { arch: self.compile_arch(device) })
+    }
 }
 
 /// Which weight layout a variant reads: the tiles' shared one, or wgmma's regrouping of it.
@@ -29,107 +114,102 @@ pub enum Layout {
     Wgmma,
 }
 
+/// A dense W4A16 GEMM variant of any family. Its name is its family's (`w4a16_mma_...`,
+/// `w4a16_wgmma_...`), so tuning DB entries name it as they always did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DenseVariant {
+    Tiles(W4a16),
+    Wgmma(W4a16Wgmma),
+}
+
+impl From<W4a16> for DenseVariant {
+    fn from(v: W4a16) -> DenseVariant {
+        DenseVariant::Tiles(v)
+    }
+}
+
+impl From<W4a16Wgmma> for DenseVariant {
+    fn from(v: W4a16Wgmma) -> DenseVariant {
+        DenseVariant::Wgmma(v)
+    }
+}
+
 impl DenseVariant {
-    /// The variants that can run on a device of `device` (its plain arch, sm_90 for an H200): the
-    /// tiles valid there, and on sm_90 the wgmma variants valid for sm_90a.
+    /// The variant as its family: the one place that tells the families apart.
+    fn family(&self) -> &dyn DenseFamily {
+        match self {
+            DenseVariant::Tiles(v) => v,
+            DenseVariant::Wgmma(v) => v,
+        }
+    }
+
+    /// The variants that can run on a device of `device` (its plain arch, sm_90 for an H200), each
+    /// checked for the target it compiles for: the tiles valid there, and on sm_90 the wgmma variants
+    /// valid for sm_90a.
     pub fn valid_on(device: Arch) -> Vec<DenseVariant> {
-        let tiles = W4a16::valid(&Target { arch: device }).into_iter().map(DenseVariant::Tiles);
-        let wgmma = match device.capability() == 90 {
-            true => W4a16Wgmma::valid(&Target { arch: device.specific() }),
-            false => Vec::new(),
-        };
-        tiles.chain(wgmma.into_iter().map(DenseVariant::Wgmma)).collect()
+        DenseVariant::all().into_iter().filter(|v| v.check_on(device).is_ok()).collect()
+    }
+}
+
+impl DenseFamily for DenseVariant {
+    fn compile_arch(&self, device: Arch) -> Arch {
+        self.family().compile_arch(device)
     }
 
-    /// The target it compiles for on a device of `device`: wgmma needs the arch-specific one.
-    pub fn compile_arch(&self, device: Arch) -> Arch {
-        match self {
-            DenseVariant::Tiles(_) => device,
-            DenseVariant::Wgmma(_) => device.specific(),
-        }
+    fn layout(&self) -> Layout {
+        self.family().layout()
     }
 
-    /// [`Variant::check`] against the target it compiles for on `device`.
-    pub fn check_on(&self, device: Arch) -> std::result::Result<(), Invalid> {
-        self.check(&Target { arch: self.compile_arch(device) })
+    fn dtype(&self) -> Dtype {
+        self.family().dtype()
     }
 
-    pub fn layout(&self) -> Layout {
-        match self {
-            DenseVariant::Tiles(_) => Layout::Tiles,
-            DenseVariant::Wgmma(_) => Layout::Wgmma,
-        }
+    fn group_size(&self) -> usize {
+        self.family().group_size()
     }
 
-    pub fn dtype(&self) -> Dtype {
-        match self {
-            DenseVariant::Tiles(v) => v.dtype,
-            DenseVariant::Wgmma(v) => v.dtype,
-        }
+    fn block_rows(&self) -> usize {
+        self.family().block_rows()
     }
 
-    /// K elements per scale.
-    pub fn group_size(&self) -> usize {
-        match self {
-            DenseVariant::Tiles(v) => v.group_size as usize,
-            DenseVariant::Wgmma(v) => v.group_size as usize,
-        }
+    fn row_limit(&self) -> Option<usize> {
+        self.family().row_limit()
     }
 
-    /// Rows of X per block: a tile's `bm`, wgmma's token tile.
-    pub fn block_rows(&self) -> usize {
-        match self {
-            DenseVariant::Tiles(v) => v.bm as usize,
-            DenseVariant::Wgmma(v) => v.bm as usize,
-        }
+    fn workspace_len(&self, m: usize, n: usize) -> usize {
+        self.family().workspace_len(m, n)
     }
 
-    /// The most rows one launch computes, if it is limited (stream and gemv tiles: their `bm`).
-    pub fn row_limit(&self) -> Option<usize> {
-        match self {
-            DenseVariant::Tiles(v) if v.algo.has_row_limit() => Some(v.bm as usize),
-            _ => None,
-        }
+    fn tolerance(&self) -> f64 {
+        self.family().tolerance()
     }
 
-    /// True when it computes an [m, k] x [n, k]ᵀ product.
-    pub fn supports(&self, m: usize, n: usize, k: usize) -> bool {
-        match self {
-            DenseVariant::Tiles(v) => w4a16::supports(v, m, n, k),
-            DenseVariant::Wgmma(v) => wgmma::supports(v, m, n, k),
-        }
+    fn repack(&self, w: &QuantizedWeight) -> Result<DeviceWeights> {
+        self.family().repack(w)
     }
 
-    /// f32 elements of the workspace one launch of `m` rows needs.
-    pub fn workspace_len(&self, m: usize, n: usize) -> usize {
-        match self {
-            DenseVariant::Tiles(v) => w4a16::workspace_len(v, m, n),
-            DenseVariant::Wgmma(v) => wgmma::workspace_len(v, m, n),
-        }
+    fn unpack(&self, d: &DeviceWeights, n: usize, k: usize) -> Result<QuantizedWeight> {
+        self.family().unpack(d, n, k)
     }
 
-    /// The largest error against the CPU reference it may show and still be correct.
-    pub fn tolerance(&self) -> f64 {
-        match self {
-            DenseVariant::Tiles(v) => accuracy::tolerance(v),
-            DenseVariant::Wgmma(v) => accuracy::tolerance_for(v.dtype, v.acc),
-        }
+    fn lengths(&self, n: usize, k: usize) -> (usize, usize) {
+        self.family().lengths(n, k)
     }
 
-    /// `w` in the layout it reads.
-    pub fn repack(&self, w: &QuantizedWeight) -> Result<DeviceWeights> {
-        match self {
-            DenseVariant::Tiles(v) => w4a16::repack(v, w),
-            DenseVariant::Wgmma(v) => wgmma::repack(v, w),
-        }
+    fn grid(&self, m: usize, n: usize) -> (usize, usize, usize) {
+        self.family().grid(m, n)
     }
 
-    /// The weight back from its layout: the inverse of [`Self::repack`].
-    pub fn unpack(&self, d: &DeviceWeights, n: usize, k: usize) -> Result<QuantizedWeight> {
-        match self {
-            DenseVariant::Tiles(v) => w4a16::unpack(v, d, n, k),
-            DenseVariant::Wgmma(v) => wgmma::unpack(v, d, n, k),
-        }
+    fn threads(&self) -> u32 {
+        self.family().threads()
+    }
+
+    fn shared_bytes(&self) -> usize {
+        self.family().shared_bytes()
+    }
+
+    fn static_bytes(&self) -> usize {
+        self.family().static_bytes()
     }
 }
 
@@ -138,115 +218,38 @@ impl Variant for DenseVariant {
     const SPACE: &'static str = W4a16::SPACE;
 
     fn template(&self) -> String {
-        match self {
-            DenseVariant::Tiles(v) => v.template(),
-            DenseVariant::Wgmma(v) => v.template(),
-        }
+        self.family().template()
     }
 
     fn name(&self) -> String {
-        match self {
-            DenseVariant::Tiles(v) => v.name(),
-            DenseVariant::Wgmma(v) => v.name(),
-        }
+        self.family().name()
     }
 
     fn context(&self) -> tera::Context {
-        match self {
-            DenseVariant::Tiles(v) => v.context(),
-            DenseVariant::Wgmma(v) => v.context(),
-        }
+        self.family().context()
     }
 
     fn all() -> Vec<Self> {
-        let tiles = W4a16::all().into_iter().map(DenseVariant::Tiles);
-        tiles.chain(W4a16Wgmma::all().into_iter().map(DenseVariant::Wgmma)).collect()
+        let tiles = W4a16::all().into_iter().map(DenseVariant::from);
+        tiles.chain(W4a16Wgmma::all().into_iter().map(DenseVariant::from)).collect()
     }
 
-    /// Against `target` as given: a wgmma variant is valid for sm_90a only (see [`Self::check_on`]).
+    /// Against `target` as given: a wgmma variant is valid for sm_90a only (see
+    /// [`DenseFamily::check_on`]).
     fn check(&self, target: &Target) -> std::result::Result<(), Invalid> {
-        match self {
-            DenseVariant::Tiles(v) => v.check(target),
-            DenseVariant::Wgmma(v) => v.check(target),
-        }
+        self.family().check(target)
     }
 
+    /// The family's variant of that name; [`Variant::all`]'s names are unique across families.
     fn from_name(name: &str) -> Option<Self> {
-        W4a16::from_name(name).map(DenseVariant::Tiles).or_else(|| W4a16Wgmma::from_name(name).map(DenseVariant::Wgmma))
-    }
-}
-
-/// A dense variant bound to its loaded function.
-#[derive(Clone, Debug)]
-pub enum DenseKernel {
-    Tiles(W4a16Kernel),
-    Wgmma(WgmmaKernel),
-}
-
-impl DenseKernel {
-    /// Binds `function` to `variant`: an error unless its name is the variant's.
-    pub fn new(variant: DenseVariant, function: cudarc::driver::CudaFunction) -> Result<DenseKernel> {
-        Ok(match variant {
-            DenseVariant::Tiles(v) => DenseKernel::Tiles(W4a16Kernel::new(v, function)?),
-            DenseVariant::Wgmma(v) => DenseKernel::Wgmma(WgmmaKernel::new(v, function)?),
-        })
-    }
-
-    /// Loads `compiled` (the cubin of `variant` for [`DenseVariant::compile_arch`]) and binds it.
-    pub fn load(gpu: &Gpu, variant: DenseVariant, compiled: &Compiled) -> Result<DenseKernel> {
-        DenseKernel::new(variant, gpu.load(compiled)?)
-    }
-
-    pub fn variant(&self) -> DenseVariant {
-        match self {
-            DenseKernel::Tiles(k) => DenseVariant::Tiles(*k.variant()),
-            DenseKernel::Wgmma(k) => DenseVariant::Wgmma(*k.variant()),
-        }
-    }
-
-    /// Enqueues `Y = X · dequant(W)ᵀ`; `b.packed` and `b.scales` must be in the variant's layout.
-    pub fn launch(&self, gpu: &Gpu, m: usize, n: usize, k: usize, b: GemmBuffers) -> Result<()> {
-        match self {
-            DenseKernel::Tiles(kernel) => kernel.launch(gpu, m, n, k, b),
-            DenseKernel::Wgmma(kernel) => kernel.launch(gpu, m, n, k, b),
-        }
-    }
-
-    /// One GEMM from host data: repacks `w` into the variant's layout, uploads, launches and
-    /// returns Y ([m, n] bits of the activation dtype). For tests and correctness gates, not speed.
-    pub fn gemm_host(&self, gpu: &Gpu, x: &[u16], m: usize, w: &QuantizedWeight) -> Result<Vec<u16>> {
-        let v = self.variant();
-        let d = v.repack(w)?;
-        let s = &gpu.stream;
-        let (xd, packed, scales) = (s.clone_htod(x)?, s.clone_htod(&d.packed)?, s.clone_htod(&d.scales)?);
-        let mut y = s.alloc_zeros::<u16>(m * w.n)?;
-        let mut workspace = s.alloc_zeros::<f32>(v.workspace_len(m, w.n).max(1))?;
-        let b = GemmBuffers {
-            x: xd.as_view(),
-            packed: &packed,
-            scales: &scales,
-            y: y.as_view_mut(),
-            workspace: &mut workspace,
-        };
-        self.launch(gpu, m, w.n, w.k, b)?;
-        Ok(s.clone_dtoh(&y)?)
-    }
-}
-
-impl From<W4a16Kernel> for DenseKernel {
-    fn from(kernel: W4a16Kernel) -> DenseKernel {
-        DenseKernel::Tiles(kernel)
-    }
-}
-
-impl From<WgmmaKernel> for DenseKernel {
-    fn from(kernel: WgmmaKernel) -> DenseKernel {
-        DenseKernel::Wgmma(kernel)
+        W4a16::from_name(name).map(DenseVariant::from).or_else(|| W4a16Wgmma::from_name(name).map(DenseVariant::from))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
     #[test]
@@ -266,5 +269,13 @@ mod tests {
         let gemv = DenseVariant::from_name("w4a16_gemv_bf16_g32_m1n64k128_w4_s1_sk1_f16acc").expect("a gemv name");
         assert_eq!((gemv.compile_arch(Arch(90)), gemv.row_limit()), (Arch(90), Some(1)));
         assert_eq!(DenseVariant::from_name("w4a16_nothing"), None);
+    }
+
+    #[test]
+    fn no_two_variants_of_the_families_share_a_name() {
+        // `from_name` asks the families in turn: a name two families made would parse as the first's.
+        let all = DenseVariant::all();
+        let names: HashSet<String> = all.iter().map(Variant::name).collect();
+        assert_eq!(names.len(), all.len());
     }
 }
