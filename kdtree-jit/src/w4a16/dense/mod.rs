@@ -79,7 +79,8 @@ pub trait DenseFamily: crate::DynVariant + Debug + Send + Sync {
     /// Why it cannot compute an [m, k] x [n, k]ᵀ product, if it cannot.
     fn unsupported(&self, m: usize, n: usize, k: usize) -> Option<String> {
         let g = self.group_size();
-        // K as the kernels index it: padded to wgmma's 64-deep weight chunks, the most a layout pads.
+        // The kernels index M, N and K (padded to wgmma's 64-deep chunks, the most a layout pads) in
+        // i32, and the grid's y is at most 65535.
         let int = |x: usize| i32::try_from(x).is_ok();
         if m == 0 || n == 0 || k == 0 {
             Some(format!("empty product {m} x {n} x {k}"))
