@@ -37,7 +37,7 @@ impl DenseFamily for W4a16Wgmma {
         None
     }
 
-    /// One counter per block, then split-K's [split][M][N] partials. Their number grows with M,
+    /// One counter per block, then split-K's `[split][M][N]` partials. Their number grows with M,
     /// and the partials start after them: zero the counters again before a launch of another M.
     fn workspace_len(&self, m: usize, n: usize) -> usize {
         if self.split_k == 1 {
