@@ -11,8 +11,8 @@ use kdtree_jit::tune::db::{Entry, TuningDb};
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::tune::key::{ProblemKey, Shape};
 use kdtree_jit::tune::peers::Peers;
-use kdtree_jit::w4a16::dense::DenseVariant;
-use kdtree_jit::w4a16::{Algo, W4a16, supports};
+use kdtree_jit::w4a16::dense::{DenseFamily, DenseVariant};
+use kdtree_jit::w4a16::{Algo, W4a16};
 use kdtree_jit::{Arch, Target, Variant};
 use kdtree_quant::Dtype;
 
@@ -174,7 +174,7 @@ fn the_default_variant_is_valid_and_serves_any_m_for_every_group_dtype_and_arch(
                 let shape = WeightShape { n: 100, k: 3 * group_size, group_size, dtype };
                 let v = default_variant(&shape);
                 assert_eq!(v.check(&Target { arch }), Ok(()), "{} on {arch}", v.name());
-                assert!([1, 7, 129, 5000].iter().all(|&m| supports(&v, m, shape.n, shape.k)), "{}", v.name());
+                assert!([1, 7, 129, 5000].iter().all(|&m| v.supports(m, shape.n, shape.k)), "{}", v.name());
             }
         }
     }

@@ -23,7 +23,7 @@ use kdtree_jit::tune::env::Environment;
 use kdtree_jit::tune::key::{ProblemKey, Shape};
 use kdtree_jit::tune::peers::Peers;
 use kdtree_jit::w4a16::dense::DenseKernel;
-use kdtree_jit::w4a16::{Acc, Algo, RandomGemm, W4a16, W4a16Kernel};
+use kdtree_jit::w4a16::{Acc, Algo, RandomGemm, W4a16};
 use kdtree_jit::{Arch, Gpu, Target, Variant, compile_variant};
 use kdtree_quant::Dtype;
 use kdtree_quant::compare::Measure;
@@ -348,7 +348,7 @@ fn w4a16_kernels_compute_each_row_independently_of_the_others_bitwise() {
     let gpu = Gpu::open(0).expect("a GPU");
     for v in row_test_variants() {
         let compiled = compile_variant(&v, gpu.arch, None).expect("compiles");
-        let kernel = DenseKernel::from(W4a16Kernel::load(&gpu, v, &compiled).expect("loads"));
+        let kernel = DenseKernel::load(&gpu, v, &compiled).expect("loads");
         let (n, k) = (200, 13 * 32);
         let m = if v.algo.has_row_limit() { v.bm as usize } else { 37 };
         let p = RandomGemm::random(m, n, k, 32, v.dtype, 5).expect("problem");

@@ -17,7 +17,7 @@ pub mod mutate;
 
 use std::cell::Cell;
 
-use kdtree_jit::w4a16::dense::DenseVariant;
+use kdtree_jit::w4a16::dense::{DenseFamily, DenseVariant};
 use kdtree_jit::{Arch, Compiled, Variant, compile_all_for};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};

@@ -4,7 +4,7 @@
 
 use kdtree_fuzz::{each_variant, shapes};
 use kdtree_jit::w4a16::RandomGemm;
-use kdtree_jit::w4a16::dense::{DenseKernel, DenseVariant};
+use kdtree_jit::w4a16::dense::{DenseFamily, DenseKernel, DenseVariant};
 use kdtree_jit::{Gpu, Variant};
 use proptest::prelude::*;
 

@@ -3,7 +3,7 @@
 
 use kdtree_fuzz::shapes;
 use kdtree_jit::w4a16;
-use kdtree_jit::w4a16::dense::DenseVariant;
+use kdtree_jit::w4a16::dense::{DenseFamily, DenseVariant};
 use kdtree_jit::w4a16::wgmma::W4a16Wgmma;
 use kdtree_jit::{Arch, Target, Variant};
 use kdtree_quant::QuantizedWeight;

@@ -111,7 +111,7 @@ pub fn compile_all<V: Variant>(
 }
 
 /// [`compile_all`] with each variant's own target: families of one device that need different ones
-/// (wgmma's sm_90a beside the tiles' sm_90, [`crate::w4a16::dense::DenseVariant::compile_arch`]).
+/// (wgmma's sm_90a beside the tiles' sm_90, [`crate::w4a16::dense::DenseFamily::compile_arch`]).
 pub fn compile_all_for<V: Variant>(
     vs: &[V],
     arch_of: impl Fn(&V) -> Arch + Sync,

@@ -80,7 +80,7 @@ pub use kdtree_macros::variant_space;
 pub use probe::nvrtc_version;
 pub use render::{render, templates_hash};
 pub use runtime::Gpu;
-pub use variant::{AxisValue, Invalid, Target, Variant};
+pub use variant::{AxisValue, DynVariant, Invalid, Target, Variant};
 
 // serde is used by the code `variant_space!` expands to, so that callers need not depend on it;
 // tera is in the signature of `Variant::context`.

@@ -1,6 +1,6 @@
 //! The crate's raw calls into C: loading the CUDA libraries, NVRTC, and the driver's queries. The
 //! other unsafe blocks sit next to what they vouch for: each kernel launch beside its argument list
-//! ([`crate::w4a16::W4a16Kernel`], the tuner's L2 flush), cuBLAS in [`crate::cublas`], and the
+//! ([`crate::w4a16::dense::DenseKernel`], the tuner's L2 flush), cuBLAS in [`crate::cublas`], and the
 //! launchers `#[kernel]` generates.
 
 use std::ffi::{CStr, CString, c_char};

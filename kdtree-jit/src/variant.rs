@@ -35,6 +35,40 @@ pub trait Variant: Clone + Send + Sync + 'static {
     }
 }
 
+/// What a [`Variant`] of a space not known statically can do: render, name and check itself.
+/// [`Variant`] itself cannot be a trait object (its `all` and `from_name` make values), so a trait
+/// over several spaces, such as [`crate::w4a16::dense::DenseFamily`], builds on this one; every
+/// [`Variant`] is one. Callers need not import it (a trait object has its methods as they are),
+/// and beside [`Variant`] its methods would be ambiguous on a concrete variant.
+pub trait DynVariant {
+    /// [`Variant::template`].
+    fn template(&self) -> String;
+    /// [`Variant::name`].
+    fn name(&self) -> String;
+    /// [`Variant::context`].
+    fn context(&self) -> tera::Context;
+    /// [`Variant::check`].
+    fn check(&self, target: &Target) -> Result<(), Invalid>;
+}
+
+impl<V: Variant> DynVariant for V {
+    fn template(&self) -> String {
+        Variant::template(self)
+    }
+
+    fn name(&self) -> String {
+        Variant::name(self)
+    }
+
+    fn context(&self) -> tera::Context {
+        Variant::context(self)
+    }
+
+    fn check(&self, target: &Target) -> Result<(), Invalid> {
+        Variant::check(self, target)
+    }
+}
+
 /// A value of an enum axis, as it reads in variant names and template contexts (`"bf16"`, `"mma"`).
 /// Integer axes need no impl: the macro writes them as numbers.
 pub trait AxisValue: Copy {

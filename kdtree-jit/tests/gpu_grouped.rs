@@ -8,7 +8,6 @@
 
 use std::collections::HashSet;
 
-use kdtree_jit::w4a16::W4a16Kernel;
 use kdtree_jit::w4a16::accuracy::{bits_error, tolerance};
 use kdtree_jit::w4a16::dense::DenseKernel;
 use kdtree_jit::w4a16::grouped::{
@@ -228,7 +227,7 @@ fn rows_are_the_stream_variants_bit_for_bit() {
         let v = kernel.variant();
         let stream = v.stream();
         let compiled = kdtree_jit::compile_variant(&stream, gpu.arch, None).expect("compiles");
-        let single = DenseKernel::from(W4a16Kernel::load(&gpu, stream, &compiled).expect("loads"));
+        let single = DenseKernel::load(&gpu, stream, &compiled).expect("loads");
         for (i, c) in [CASES[2], CASES[3], CASES[8]].iter().enumerate() {
             let (g, bm) = (v.group_size as usize, v.bm as usize);
             let (n, k) = (c.n, c.groups * g);

@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 
 use kdtree_jit::w4a16::accuracy::bits_error;
-use kdtree_jit::w4a16::dense::DenseKernel;
-use kdtree_jit::w4a16::{self, GemmBuffers, RandomGemm, W4a16, W4a16Kernel};
+use kdtree_jit::w4a16::dense::{DenseFamily, DenseKernel};
+use kdtree_jit::w4a16::{GemmBuffers, RandomGemm, W4a16};
 use kdtree_jit::{Gpu, Target, Variant, compile_variant};
 
 /// (M, N, K in groups): odd N, M across tile boundaries, K not a multiple of bk for groups 32/64.
@@ -23,18 +23,18 @@ fn every_algo_group_dtype_and_acc_matches_the_reference() {
     let mut failures = Vec::new();
     for v in &picked {
         let compiled = compile_variant(v, gpu.arch, None).expect("compiles");
-        let kernel = DenseKernel::from(W4a16Kernel::load(&gpu, *v, &compiled).expect("loads"));
+        let kernel = DenseKernel::load(&gpu, *v, &compiled).expect("loads");
         for (i, &(m, n, groups)) in SHAPES.iter().enumerate() {
             let k = groups * v.group_size as usize;
-            if !w4a16::supports(v, m, n, k) {
+            if !v.supports(m, n, k) {
                 continue;
             }
             let p = RandomGemm::random(m, n, k, v.group_size as usize, v.dtype, i as u64).expect("problem");
             let y = kernel.gemm_host(&gpu, &p.x, m, &p.w).expect("runs");
             let err = p.error(v.dtype, &y);
             println!("{:60} m={m:4} n={n:4} k={k:5} error {err:.2e}", v.name());
-            if err > w4a16::tolerance(v) {
-                failures.push(format!("{} at {m}x{n}x{k}: {err:.2e} > {:.2e}", v.name(), w4a16::tolerance(v)));
+            if err > v.tolerance() {
+                failures.push(format!("{} at {m}x{n}x{k}: {err:.2e} > {:.2e}", v.name(), v.tolerance()));
             }
         }
     }
@@ -50,9 +50,9 @@ fn a_variant_binds_only_its_own_function() {
     let valid = W4a16::valid(&Target { arch: gpu.arch });
     let (own, other) = (valid[0], valid[1]);
     let compiled = compile_variant(&own, gpu.arch, None).expect("compiles");
-    let kernel = W4a16Kernel::load(&gpu, own, &compiled).expect("its own function binds");
-    assert_eq!(kernel.variant(), &own);
-    let err = W4a16Kernel::load(&gpu, other, &compiled).expect_err("another variant's function does not");
+    let kernel = DenseKernel::load(&gpu, own, &compiled).expect("its own function binds");
+    assert_eq!(kernel.variant(), own.into());
+    let err = DenseKernel::load(&gpu, other, &compiled).expect_err("another variant's function does not");
     assert!(matches!(err, kdtree_jit::Error::WrongKernel { .. }), "{err}");
 }
 
@@ -72,13 +72,13 @@ fn a_row_limited_workspace_zeroed_once_serves_every_smaller_m() {
     let mut failures = Vec::new();
     for v in &split {
         let compiled = compile_variant(v, gpu.arch, None).expect("compiles");
-        let kernel = W4a16Kernel::load(&gpu, *v, &compiled).expect("loads");
+        let kernel = DenseKernel::load(&gpu, *v, &compiled).expect("loads");
         let (top, n, g) = (v.bm as usize, 328, v.group_size as usize);
         let p = RandomGemm::random(top, n, 37 * g, g, v.dtype, 9).expect("problem");
-        let d = w4a16::repack(v, &p.w).expect("repacks");
+        let d = v.repack(&p.w).expect("repacks");
         let (x, packed, scales) =
             (s.clone_htod(&p.x).unwrap(), s.clone_htod(&d.packed).unwrap(), s.clone_htod(&d.scales).unwrap());
-        let mut workspace = s.alloc_zeros::<f32>(w4a16::workspace_len(v, top, n)).unwrap();
+        let mut workspace = s.alloc_zeros::<f32>(v.workspace_len(top, n)).unwrap();
         let mut ms = vec![top, top.div_ceil(2), 1];
         ms.dedup();
         for m in ms {
@@ -93,7 +93,7 @@ fn a_row_limited_workspace_zeroed_once_serves_every_smaller_m() {
             kernel.launch(&gpu, m, n, p.w.k, b).expect("launches");
             let err = bits_error(v.dtype, &s.clone_dtoh(&y).unwrap(), &p.reference[..m * n], p.scale);
             println!("{:60} m={m:4} of a workspace for {top}: error {err:.2e}", v.name());
-            if err.is_nan() || err > w4a16::tolerance(v) {
+            if err.is_nan() || err > v.tolerance() {
                 failures.push(format!("{} at m = {m} after m = {top}: {err:.2e}", v.name()));
             }
         }

@@ -3,8 +3,9 @@
 //! other families and cuBLAS is the tuner's to measure (`kdtree-jit tune --preset kimi-k2`). Run on
 //! the H200: `cargo test --release -p kdtree-jit --test gpu_wgmma -- --ignored --nocapture --test-threads 1`.
 
-use kdtree_jit::w4a16::accuracy::{bits_error, tolerance_for};
-use kdtree_jit::w4a16::wgmma::{self, W4a16Wgmma, WgmmaKernel};
+use kdtree_jit::w4a16::accuracy::bits_error;
+use kdtree_jit::w4a16::dense::{DenseFamily, DenseKernel};
+use kdtree_jit::w4a16::wgmma::W4a16Wgmma;
 use kdtree_jit::w4a16::{GemmBuffers, RandomGemm};
 use kdtree_jit::{Cache, Gpu, Target, Variant, compile_all};
 use kdtree_quant::Dtype;
@@ -18,13 +19,13 @@ fn cache() -> Cache {
 }
 
 /// Every valid wgmma variant for the GPU (compiled for its sm_90a target) that `keep` keeps, loaded.
-fn wgmma_kernels(gpu: &Gpu, keep: impl Fn(&W4a16Wgmma) -> bool) -> Vec<WgmmaKernel> {
+fn wgmma_kernels(gpu: &Gpu, keep: impl Fn(&W4a16Wgmma) -> bool) -> Vec<DenseKernel> {
     let arch = gpu.arch.specific();
     let valid: Vec<W4a16Wgmma> = W4a16Wgmma::valid(&Target { arch }).into_iter().filter(keep).collect();
     assert!(!valid.is_empty(), "no wgmma variant for {arch}");
     compile_all(&valid, arch, Some(&cache()), |_| {})
         .into_iter()
-        .map(|(v, c)| WgmmaKernel::load(gpu, v, &c.expect("compiles")).expect("loads"))
+        .map(|(v, c)| DenseKernel::load(gpu, v, &c.expect("compiles")).expect("loads"))
         .collect()
 }
 
@@ -40,10 +41,10 @@ struct Device {
 }
 
 impl Device {
-    fn upload(gpu: &Gpu, kernels: &[WgmmaKernel], p: &RandomGemm) -> Device {
-        let d = wgmma::repack(kernels[0].variant(), &p.w).expect("repacks");
+    fn upload(gpu: &Gpu, kernels: &[DenseKernel], p: &RandomGemm) -> Device {
+        let d = kernels[0].variant().repack(&p.w).expect("repacks");
         let s = &gpu.stream;
-        let ws = kernels.iter().map(|c| wgmma::workspace_len(c.variant(), p.m, p.w.n)).max().unwrap_or(0);
+        let ws = kernels.iter().map(|c| c.variant().workspace_len(p.m, p.w.n)).max().unwrap_or(0);
         Device {
             x: s.clone_htod(&p.x).unwrap(),
             packed: s.clone_htod(&d.packed).unwrap(),
@@ -53,7 +54,7 @@ impl Device {
         }
     }
 
-    fn launch(&mut self, gpu: &Gpu, kernel: &WgmmaKernel, m: usize, n: usize, k: usize) {
+    fn launch(&mut self, gpu: &Gpu, kernel: &DenseKernel, m: usize, n: usize, k: usize) {
         let b = GemmBuffers {
             x: self.x.slice(..m * k),
             packed: &self.packed,
@@ -64,7 +65,7 @@ impl Device {
         kernel.launch(gpu, m, n, k, b).expect("launches");
     }
 
-    fn run(&mut self, gpu: &Gpu, kernel: &WgmmaKernel, m: usize, n: usize, k: usize) -> Vec<u16> {
+    fn run(&mut self, gpu: &Gpu, kernel: &DenseKernel, m: usize, n: usize, k: usize) -> Vec<u16> {
         gpu.stream.memcpy_htod(&vec![u16::MAX; m * n], &mut self.y.slice_mut(..m * n)).unwrap();
         gpu.stream.memset_zeros(&mut self.workspace).unwrap();
         self.launch(gpu, kernel, m, n, k);
@@ -74,7 +75,7 @@ impl Device {
 
 /// Checks every kernel on the first `m` rows of `p` for each m of `ms`; returns the failures. A
 /// kernel's rows must also be the same bits at every m (batch invariance, which exact mode needs).
-fn check(gpu: &Gpu, kernels: &[WgmmaKernel], p: &RandomGemm, ms: &[usize]) -> Vec<String> {
+fn check(gpu: &Gpu, kernels: &[DenseKernel], p: &RandomGemm, ms: &[usize]) -> Vec<String> {
     let (n, k) = (p.w.n, p.w.k);
     let mut device = Device::upload(gpu, kernels, p);
     let mut failures = Vec::new();
@@ -83,8 +84,8 @@ fn check(gpu: &Gpu, kernels: &[WgmmaKernel], p: &RandomGemm, ms: &[usize]) -> Ve
         let mut widest: Option<Vec<u16>> = None;
         for &m in ms.iter().rev() {
             let y = device.run(gpu, kernel, m, n, k);
-            let err = bits_error(v.dtype, &y, &p.reference[..m * n], p.scale);
-            let tolerance = tolerance_for(v.dtype, v.acc);
+            let err = bits_error(v.dtype(), &y, &p.reference[..m * n], p.scale);
+            let tolerance = v.tolerance();
             println!("{:55} m={m:4} n={n:5} k={k:5} error {err:.2e}", v.name());
             if err.is_nan() || err > tolerance {
                 failures.push(format!("{} at {m}x{n}x{k}: {err:.2e} > {tolerance:.2e}", v.name()));
@@ -111,11 +112,14 @@ fn every_variant_matches_the_reference_on_odd_shapes() {
     let shapes = [(1, 200, 13), (37, 520, 16), (130, 136, 7), (256, 328, 5), (300, 72, 3)];
     let mut failures = Vec::new();
     for dtype in [Dtype::F16, Dtype::Bf16] {
-        for g in [32, 64, 128] {
-            let of: Vec<WgmmaKernel> =
-                kernels.iter().filter(|c| c.variant().dtype == dtype && c.variant().group_size == g).cloned().collect();
+        for g in [32usize, 64, 128] {
+            let of: Vec<DenseKernel> = kernels
+                .iter()
+                .filter(|c| c.variant().dtype() == dtype && c.variant().group_size() == g)
+                .cloned()
+                .collect();
             for (i, &(m, n, groups)) in shapes.iter().enumerate() {
-                let p = RandomGemm::random(m, n, groups * g as usize, g as usize, dtype, i as u64).expect("problem");
+                let p = RandomGemm::random(m, n, groups * g, g, dtype, i as u64).expect("problem");
                 // A few M up to the problem's: the rows of each must be the same bits.
                 let mut ms = vec![1, m.div_ceil(2), m];
                 ms.dedup();

@@ -7,7 +7,7 @@ use kdtree_jit::tune::key::Shape;
 use kdtree_jit::tune::prune::{Scope, prune};
 use kdtree_jit::tune::search::SearchConfig;
 use kdtree_jit::tune::session::{AtM, Session};
-use kdtree_jit::w4a16::dense::{DenseVariant, Layout};
+use kdtree_jit::w4a16::dense::{DenseFamily, DenseVariant, Layout};
 use kdtree_jit::{Gpu, Variant};
 use kdtree_quant::Dtype;
 

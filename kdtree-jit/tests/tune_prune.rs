@@ -3,7 +3,7 @@
 
 use kdtree_jit::tune::key::{KIMI_K2, Shape};
 use kdtree_jit::tune::prune::{Scope, prune};
-use kdtree_jit::w4a16::dense::DenseVariant;
+use kdtree_jit::w4a16::dense::{DenseFamily, DenseVariant};
 use kdtree_jit::w4a16::wgmma::W4a16Wgmma;
 use kdtree_jit::w4a16::{Algo, W4a16};
 use kdtree_jit::{Arch, Variant};

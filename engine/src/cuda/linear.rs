@@ -11,7 +11,7 @@ use half::bf16;
 use kdtree_jit::cublas::{self, Compute, GemmType};
 use kdtree_jit::dense16::Dense16Kernel;
 use kdtree_jit::w4a16::GemmBuffers;
-use kdtree_jit::w4a16::dense::{DenseKernel, DenseVariant, Layout};
+use kdtree_jit::w4a16::dense::{DenseFamily, DenseKernel, DenseVariant, Layout};
 use kdtree_quant::{Dtype, QuantizedWeight};
 
 use super::CudaBackend;

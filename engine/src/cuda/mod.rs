@@ -44,7 +44,7 @@ use kdtree_jit::kernel::Kernels;
 use kdtree_jit::mla::MlaDecode;
 use kdtree_jit::tune::db::TuningDb;
 use kdtree_jit::tune::env::Environment;
-use kdtree_jit::w4a16::dense::DenseVariant;
+use kdtree_jit::w4a16::dense::{DenseFamily, DenseVariant};
 use kdtree_jit::{Cache, Gpu, Target, compile_all_for};
 
 pub use kv::{CudaKv, KvBudget};

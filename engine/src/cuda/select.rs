@@ -15,7 +15,7 @@
 use kdtree_jit::tune::db::{Entry, Match, TuningDb};
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::tune::key::{M_BUCKETS, ProblemKey, Shape, m_bucket};
-use kdtree_jit::w4a16::dense::DenseVariant;
+use kdtree_jit::w4a16::dense::{DenseFamily, DenseVariant};
 use kdtree_jit::w4a16::{Acc, Algo, W4a16};
 use kdtree_jit::{Arch, Variant};
 use kdtree_quant::{Dtype, QuantizedWeight};

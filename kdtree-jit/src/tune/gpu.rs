@@ -13,7 +13,7 @@ use super::problem::{Problem, from_bits};
 use super::search::Runner;
 use crate::Gpu;
 use crate::w4a16::GemmBuffers;
-use crate::w4a16::dense::{DenseKernel, DenseVariant, Layout};
+use crate::w4a16::dense::{DenseFamily, DenseKernel, DenseVariant, Layout};
 
 /// One shape's inputs and outputs on the device, sized for the problem's largest M.
 pub(crate) struct ShapeBuffers {

@@ -3,7 +3,7 @@
 //! not about search:
 //!
 //! 1. the problem fixes the dtype and group size; the device's arch fixes validity ([`crate::Variant::check`]);
-//!    the shape fixes what can run ([`w4a16::supports`]: gemv only up to its `bm` rows);
+//!    the shape fixes what can run ([`DenseFamily::supports`]: gemv only up to its `bm` rows);
 //! 2. a block should not compute many more rows than the problem has: mma tiles of more than
 //!    max(16, bucket(M)) rows and stream or gemv blocks of more than 4 bucket(M) rows only add
 //!    padding;
@@ -22,9 +22,9 @@
 use kdtree_quant::Dtype;
 
 use super::key::{Shape, m_bucket};
-use crate::w4a16::dense::DenseVariant;
+use crate::w4a16::dense::{DenseFamily, DenseVariant};
 use crate::w4a16::wgmma::W4a16Wgmma;
-use crate::w4a16::{self, Algo, W4a16};
+use crate::w4a16::{Algo, W4a16};
 
 /// What pruning needs to know about a problem and the device.
 #[derive(Clone, Copy, Debug)]
@@ -50,7 +50,7 @@ fn why_not_tiles(v: &W4a16, scope: &Scope) -> Option<&'static str> {
     let rows = m_bucket(scope.m);
     if v.dtype != scope.dtype || v.group_size != scope.group_size {
         Some("another dtype or group size")
-    } else if !w4a16::supports(v, m, n, k) {
+    } else if !v.supports(m, n, k) {
         Some("cannot compute this shape")
     } else if v.bm > rows_worth(v.algo, rows) {
         Some("block rows far beyond M")
@@ -67,7 +67,7 @@ fn why_not_wgmma(v: &W4a16Wgmma, scope: &Scope) -> Option<&'static str> {
     let blocks = m.div_ceil(v.bm as usize) * n.div_ceil(v.bn as usize);
     if v.dtype != scope.dtype || v.group_size != scope.group_size {
         Some("another dtype or group size")
-    } else if !w4a16::wgmma::supports(v, m, n, k) {
+    } else if !v.supports(m, n, k) {
         Some("cannot compute this shape")
     } else if rows < 16 {
         Some("wgmma's smallest token tile is 16: fewer rows are the streaming kernels'")

@@ -18,7 +18,7 @@ use super::key::{ProblemKey, Shape};
 use super::peers::{self, DensePeer, Peers};
 use super::problem::Problem;
 use super::search::{self, Rejection, SearchConfig};
-use crate::w4a16::dense::{DenseKernel, DenseVariant};
+use crate::w4a16::dense::{DenseFamily, DenseKernel, DenseVariant};
 use crate::{Arch, Cache, Compiled, Error, Gpu, Variant};
 
 pub struct Session<'g> {
@@ -65,7 +65,7 @@ impl<'g> Session<'g> {
         self.flusher.mode()
     }
 
-    /// Compiles and loads `variants`, each for its [`DenseVariant::compile_arch`]. A compile failure
+    /// Compiles and loads `variants`, each for its [`DenseFamily::compile_arch`]. A compile failure
     /// is recorded in `db` and that variant is left out; one recorded earlier for this arch, NVRTC
     /// and templates is not tried again unless `retry_failed`. `progress` gets the number of
     /// variants done.

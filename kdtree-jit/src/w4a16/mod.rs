@@ -6,10 +6,10 @@
 //! | the declared space (axes, names, templates) | [`W4a16`] in [`space`] |
 //! | which points are valid, and why not | [`rules::check`] |
 //! | the weight layout all three algorithms read, and its CPU repack | [`layout`] |
-//! | a variant bound to its loaded function; grid, block, shared memory, split-K workspace | [`W4a16Kernel`] in [`launch`] |
+//! | how a variant launches: grid, block, shared memory, split-K workspace | [`launch`] |
 //! | random problems and the tolerance against the CPU reference | [`accuracy`] |
 //! | the Hopper `wgmma` family (sm_90a), its own space, layout and launch | [`wgmma`] |
-//! | every dense family as one variant type (what the tuner and the engine pick from) | [`dense`] |
+//! | every dense family as one variant type (what the tuner and the engine pick from) and one launch | [`dense`] |
 //!
 //! Three algorithms render from `templates/w4a16_{algo}.cu.tera`:
 //! - [`Algo::Mma`]: tensor-core tiles (`mma.sync` m16n8k16, `ldmatrix`, a `cp.async` pipeline), for
@@ -21,7 +21,8 @@
 //!   tensor-core tile would be mostly waste.
 //!
 //! ```no_run
-//! use kdtree_jit::w4a16::{self, Acc, Algo, GemmBuffers, W4a16, W4a16Kernel};
+//! use kdtree_jit::w4a16::dense::{DenseFamily, DenseKernel};
+//! use kdtree_jit::w4a16::{Acc, Algo, GemmBuffers, W4a16};
 //! use kdtree_jit::{Gpu, compile_variant};
 //! use kdtree_quant::{Dtype, QuantizedWeight};
 //!
@@ -29,16 +30,16 @@
 //! let v = W4a16 { algo: Algo::Mma, dtype: Dtype::Bf16, group_size: 32, acc: Acc::F32,
 //!                 bm: 16, bn: 64, bk: 128, warps: 4, stages: 4, split_k: 1 };
 //! let gpu = Gpu::open(0)?;
-//! let kernel = W4a16Kernel::load(&gpu, v, &compile_variant(&v, gpu.arch, None)?)?;
+//! let kernel = DenseKernel::load(&gpu, v, &compile_variant(&v, gpu.arch, None)?)?;
 //! let (m, n, k) = (1, 256, 512);
 //! let w: Vec<f32> = (0..n * k).map(|i| (i % 13) as f32 - 6.0).collect();
 //! let qw = QuantizedWeight::quantize(&w, n, k, 32, Dtype::Bf16)?;
-//! let dev = w4a16::repack(&v, &qw)?;
+//! let dev = v.repack(&qw)?;
 //! let x = gpu.stream.clone_htod(&vec![0x3f80u16; m * k])?; // bf16 ones
 //! let packed = gpu.stream.clone_htod(&dev.packed)?;
 //! let scales = gpu.stream.clone_htod(&dev.scales)?;
 //! let mut y = gpu.stream.alloc_zeros::<u16>(m * n)?;
-//! let mut workspace = gpu.stream.alloc_zeros::<f32>(w4a16::workspace_len(&v, m, n).max(1))?;
+//! let mut workspace = gpu.stream.alloc_zeros::<f32>(v.workspace_len(m, n).max(1))?;
 //! let b = GemmBuffers { x: x.as_view(), packed: &packed, scales: &scales, y: y.as_view_mut(), workspace: &mut workspace };
 //! kernel.launch(&gpu, m, n, k, b)?;
 //! # Ok(()) }
@@ -58,7 +59,7 @@ use serde::{Deserialize, Serialize};
 use crate::AxisValue;
 
 pub use accuracy::{RandomGemm, tolerance};
-pub use launch::{GemmBuffers, W4a16Kernel, supports, workspace_len};
+pub use dense::GemmBuffers;
 pub use layout::{DeviceWeights, repack, unpack};
 pub use space::W4a16;
 

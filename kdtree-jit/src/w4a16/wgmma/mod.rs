@@ -12,18 +12,19 @@
 //! | the declared space | [`W4a16Wgmma`] in [`space`] |
 //! | which points are valid (sm_90a only), and why not | [`rules::check`] |
 //! | its weight layout and CPU repack | [`layout`] |
-//! | a variant bound to its loaded function | [`WgmmaKernel`] in [`launch`] |
+//! | how a variant launches: grid, block, shared memory, split-K workspace | [`launch`] |
 //!
 //! ```no_run
-//! use kdtree_jit::{Gpu, Variant};
-//! use kdtree_jit::w4a16::dense::DenseKernel;
-//! use kdtree_jit::w4a16::wgmma::{W4a16Wgmma, WgmmaKernel};
+//! use kdtree_jit::{Gpu, Variant, compile_variant};
+//! use kdtree_jit::w4a16::dense::{DenseFamily, DenseKernel};
+//! use kdtree_jit::w4a16::wgmma::W4a16Wgmma;
 //! use kdtree_quant::{Dtype, QuantizedWeight};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let v = W4a16Wgmma::from_name("w4a16_wgmma_bf16_g32_m128n128k128_s4_sk1_f32acc").expect("in the space");
 //! let gpu = Gpu::open(0)?;
-//! let kernel = DenseKernel::from(WgmmaKernel::compile(&gpu, v, None)?); // for sm_90a
+//! let compiled = compile_variant(&v, v.compile_arch(gpu.arch), None)?; // for sm_90a
+//! let kernel = DenseKernel::load(&gpu, v, &compiled)?;
 //! let (m, n, k) = (100, 256, 512);
 //! let w: Vec<f32> = (0..n * k).map(|i| (i % 13) as f32 - 6.0).collect();
 //! let qw = QuantizedWeight::quantize(&w, n, k, 32, Dtype::Bf16)?;
@@ -37,6 +38,5 @@ pub mod layout;
 pub mod rules;
 pub mod space;
 
-pub use launch::{WgmmaKernel, supports, workspace_len};
 pub use layout::{lengths, repack, unpack};
 pub use space::W4a16Wgmma;
