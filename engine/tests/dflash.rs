@@ -89,33 +89,38 @@ fn argmax(row: &[f32]) -> usize {
 fn matches_the_reference<B: Backend>(target: &Model<B>, bound: f64) {
     let f = fixture();
     let vocab = target.config.vocab_size;
+    let mut decided = 0;
     for case in &f.cases {
         let dir = drafter_with(|c| c["dflash_config"].as_object_mut().unwrap().extend(case.dflash_config.clone()));
         let drafter = DflashModel::load(dir.path(), target).unwrap();
         assert_eq!(drafter.config.block_size, f.block_size);
         let mut ctx = drafter.new_context().unwrap();
         let scale = case.rounds.iter().flat_map(|r| r.logits.iter().flatten()).fold(0f64, |m, v| m.max(v.abs()));
-        let (mut worst, mut decided) = (0f64, 0);
-        for (r, round) in case.rounds.iter().enumerate() {
+        let mut rows = Vec::new();
+        for round in &case.rounds {
             drafter.extend_context(&mut ctx, &flat(&round.taps)).unwrap();
             let ours = drafter.draft_logits(target, &ctx, round.bonus).unwrap();
             assert_eq!(ours.len(), round.logits.len() * vocab);
-            for (depth, (row, expect)) in ours.chunks(vocab).zip(&round.logits).enumerate() {
-                for (&a, &b) in row.iter().zip(expect) {
-                    worst = worst.max((a as f64 - b).abs() / scale);
-                }
-                let best = (0..vocab).fold(0, |best, i| if expect[i] > expect[best] { i } else { best });
-                let runner_up = (0..vocab).filter(|&i| i != best).map(|i| expect[i]).fold(f64::MIN, f64::max);
-                if expect[best] - runner_up > 2.0 * bound * scale {
-                    decided += 1;
-                    assert_eq!(argmax(row), best, "{}: round {r}, depth {}: top-1 differs", case.name, depth + 1);
-                }
+            rows.extend(ours.chunks(vocab).map(<[f32]>::to_vec).zip(&round.logits));
+        }
+        let worst = rows
+            .iter()
+            .flat_map(|(row, expect)| row.iter().zip(*expect))
+            .fold(0f64, |w, (&a, &b)| w.max((a as f64 - b).abs() / scale));
+        eprintln!("{}: largest difference {worst:e} of the logits' scale {scale}", case.name);
+        assert!(worst < bound, "{}: largest difference {worst:e} of the logits' scale {scale}", case.name);
+        // No logit moved by more than worst * scale: where the reference's best leads by more than
+        // twice that, ours must pick it too.
+        for (i, (row, expect)) in rows.iter().enumerate() {
+            let best = (0..vocab).fold(0, |best, i| if expect[i] > expect[best] { i } else { best });
+            let runner_up = (0..vocab).filter(|&i| i != best).map(|i| expect[i]).fold(f64::MIN, f64::max);
+            if expect[best] - runner_up > 2.0 * worst * scale {
+                decided += 1;
+                assert_eq!(argmax(row), best, "{}: row {i} (round-major): top-1 differs", case.name);
             }
         }
-        eprintln!("{}: largest difference {worst:e} of the logits' scale {scale}; {decided} top-1s decided", case.name);
-        assert!(worst < bound, "{}: largest difference {worst:e} of the logits' scale {scale}", case.name);
-        assert!(decided > 0, "{}: no top-1 was decided at this bound", case.name);
     }
+    assert!(decided > 0, "no top-1 was decided at this precision");
 }
 
 #[test]
@@ -136,7 +141,8 @@ fn drafts_match_the_reference_implementation_on_the_gpu_in_f32() {
 /// dense layers), so every activation is rounded to bf16 before each linear, where the reference keeps
 /// f32: ~2^-8 relative a rounding, through two layers and the LM head. Measured on an H100: 1.7e-2
 /// (plain) and 4.9e-2 (scaled: its embedding scale of 1.5 weights the rounded residual stream more).
-/// The top-1 checks are what this test is for; the f32 test above checks the arithmetic.
+/// The top-1s that this precision decides are what this test checks; the f32 test above checks the
+/// arithmetic.
 const GPU_BF16_BOUND: f64 = 8e-2;
 
 #[test]
