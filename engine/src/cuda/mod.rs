@@ -12,6 +12,7 @@
 //! | embedding, RMSNorm, rope, casts, residual adds | `#[kernel]`s of kdtree-kernels |
 //! | MLA attention over the paged latent cache, tree-masked | kdtree-jit's MLA family: absorb, split attention on the tensor cores, combine, unabsorb ([`mla`]); an f32 model's in f32 on the CUDA cores ([`mla_f32`]) |
 //! | routing and routed experts | `noaux_tc` routing, then kdtree-jit's grouped W4A16: every expert of a layer in one launch per projection ([`moe`]) |
+//! | a DFlash drafter's attention and per-depth top-k | kdtree-kernels' `gqa_attention` (split over the keys, combined) over its context in device row stores ([`CudaRows`]); `top_k_log_softmax`, only the candidates read back |
 //!
 //! Exact mode (the default) keeps every op batch-invariant: a row's bits never depend on how many
 //! rows run with it, so DDTree's output equals greedy decoding's on this backend too. W4A16 runs one
