@@ -10,8 +10,10 @@ cd "$(dirname "$0")/.."
 # A clean build gains nothing from incremental state, and it costs disk that CI may not have.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
-# The lint gate: formatting, then clippy over every target with warnings as errors.
+# The lint gate: formatting, clippy over every target and rustdoc, warnings as errors.
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+# Docs whose links all resolve: a renamed item breaks the build, not a reader's click.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo test --workspace --lib --bins --tests --examples "$@"
 cargo test --workspace --doc

@@ -6,18 +6,18 @@
 //!
 //! | op | how |
 //! |---|---|
-//! | dense linears, the router, the LM head | cuBLAS (bf16/f16 in, f32 out; f32 for the router; f32 weights of an f32 model in f32 with no TF32), [`gemm`]; at up to 128 rows the streamed 16-bit variant where the tuning DB has one faster than cuBLAS ([`streamed`]) |
-//! | W4A16 linears | the tuned kdtree-jit variant of the weight's shape ([`select`]) |
+//! | dense linears, the router, the LM head | cuBLAS (bf16/f16 in, f32 out; f32 for the router; f32 weights of an f32 model in f32 with no TF32), `gemm`; at up to 128 rows the streamed 16-bit variant where the tuning DB has one faster than cuBLAS (`streamed`) |
+//! | W4A16 linears | the tuned kdtree-jit variant of the weight's shape (`select`) |
 //! | W4A16 shapes the tuning DB lacks | tuned before the load, within a budget ([`CudaBackend::tune_at_startup`]) |
 //! | embedding, RMSNorm, rope, casts, residual adds | `#[kernel]`s of kdtree-kernels |
-//! | MLA attention over the paged latent cache, tree-masked | kdtree-jit's MLA family: absorb, split attention on the tensor cores, combine, unabsorb ([`mla`]); an f32 model's in f32 on the CUDA cores ([`mla_f32`]) |
-//! | routing and routed experts | `noaux_tc` routing, then kdtree-jit's grouped W4A16: every expert of a layer in one launch per projection ([`moe`]) |
+//! | MLA attention over the paged latent cache, tree-masked | kdtree-jit's MLA family: absorb, split attention on the tensor cores, combine, unabsorb (`mla`); an f32 model's in f32 on the CUDA cores (`mla_f32`) |
+//! | routing and routed experts | `noaux_tc` routing, then kdtree-jit's grouped W4A16: every expert of a layer in one launch per projection (`moe`) |
 //! | a DFlash drafter's attention and per-depth top-k | kdtree-kernels' `gqa_attention` (split over the keys, combined) over its context in device row stores ([`CudaRows`]); `top_k_log_softmax`, only the candidates read back |
 //!
 //! Exact mode (the default) keeps every op batch-invariant: a row's bits never depend on how many
 //! rows run with it, so DDTree's output equals greedy decoding's on this backend too. W4A16 runs one
 //! variant per shape for every M ([`select::Mode::Exact`]), cuBLAS runs fixed 128-row chunks
-//! ([`gemm`]), and the small kernels compute each row on its own.
+//! (`gemm`), and the small kernels compute each row on its own.
 
 mod cubin_cache;
 mod gemm;

@@ -32,7 +32,7 @@ pub struct CudaBatch {
     pub positions: CudaSlice<u32>,
     /// How the MLA kernels read the mask: causal, full, or `mask`'s bits.
     pub mask_mode: MaskMode,
-    /// Visibility among the new tokens when `mask_mode` is [`MaskMode::Bits`], `[n, words]` with
+    /// Visibility among the new tokens when `mask_mode` is `MaskMode::Bits`, `[n, words]` with
     /// `words = n.div_ceil(32)`: bit `b` of word `w` of row `i` is whether token `i` sees token
     /// `32 w + b`. One unused word otherwise.
     pub mask: CudaSlice<u32>,

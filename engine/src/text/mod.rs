@@ -4,7 +4,7 @@
 //! | file | what | read by |
 //! |---|---|---|
 //! | `tokenizer.json` | a Hugging Face tokenizer (DeepSeek-V3's) | the `tokenizers` crate itself |
-//! | `tiktoken.model` + `tokenizer_config.json` | Kimi's tiktoken BPE and special tokens | [`tiktoken`] |
+//! | `tiktoken.model` + `tokenizer_config.json` | Kimi's tiktoken BPE and special tokens | `tiktoken` |
 //! | `chat_template.jinja`, else `tokenizer_config.json`'s `chat_template` | the chat format | [`ChatTemplate`] (minijinja) |
 //! | `generation_config.json`, else `config.json`: `eos_token_id` | where an answer ends | [`eos_token_ids`] |
 //!

@@ -9,7 +9,7 @@
 //! | concept | where |
 //! |---|---|
 //! | the variant space and which points fit an arch | [`Dense16`], [`rules`] |
-//! | the CPU reference | [`reference`] |
+//! | the CPU reference | [`reference`](mod@reference) |
 //! | the launch, a host round trip | [`Dense16Kernel`], [`dense16_host`] |
 //!
 //! The kernel (`templates/dense16_stream.cu.tera`): a block owns 64 rows of W, its warps and

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | head sizes | [`MlaShape`] |
 //! | which new tokens each new token sees | [`NewMask`] |
-//! | the CPU reference | [`reference`] |
+//! | the CPU reference | [`reference`](mod@reference) |
 //! | the attention kernels' variant space, and which points fit an arch | [`MlaDecode`], [`rules`] |
 //! | the paged cache, the launch, a host round trip | [`PagedCache`], [`MlaKernel`], [`mla_host`] |
 //! | absorb, unabsorb, cache append and gather on the GPU | [`MlaAux`], [`AuxKernel`], launched through [`Companions`] (shared with the f32 family) |

@@ -57,8 +57,8 @@ impl NewMask {
 
 /// `q_lat[i, h] = [q_nope[i, h] · W_UK[h] | q_pe[i, h]]`: each head's non-rotary query moved into
 /// latent space, its rotary part kept. `q` is `[n, heads, nope + rope]` (the engine's query, rope
-/// applied); `kv_b` is `kv_b_proj`'s weight, `[heads * (nope + v), latent]`, whose rows `h * (nope
-/// + v) .. + nope` are `W_UK[h]`. Returns `[n, heads, latent + rope]`; each latent value is a sum
+/// applied); `kv_b` is `kv_b_proj`'s weight, `[heads * (nope + v), latent]`, whose rows
+/// `h * (nope + v) .. + nope` are `W_UK[h]`. Returns `[n, heads, latent + rope]`; each latent value is a sum
 /// over `d` ascending.
 pub fn absorb_query(q: &[f32], kv_b: &[f32], s: &MlaShape) -> Vec<f32> {
     let (qk, w) = (s.nope + s.rope, s.width());

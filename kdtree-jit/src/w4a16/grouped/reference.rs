@@ -35,7 +35,7 @@ fn unsupported(v: &W4a16Grouped, reason: String) -> Error {
 
 /// The experts' weights (all [n, k], one group size and scale dtype) repacked for `v` and stacked:
 /// expert e's words at `e * packed_len`, its scales at `e * scales_len`
-/// ([`crate::w4a16::lengths`]`(n, k, group_size)`).
+/// ([`crate::w4a16::layout::lengths`]`(n, k, group_size)`).
 pub fn repack_experts(v: &W4a16Grouped, experts: &[QuantizedWeight]) -> Result<DeviceWeights> {
     let Some(first) = experts.first() else {
         return Err(unsupported(v, "no experts".into()));
