@@ -1,9 +1,7 @@
 //! Row copies against plain CPU loops and the engine's embedding: all exact, they only move (and, for
 //! bf16 sources, exactly widen) values.
 
-mod common;
-
-use common::kernels;
+use crate::common::kernels;
 use half::bf16;
 use kdtree_engine::ops::cpu;
 use proptest::prelude::*;

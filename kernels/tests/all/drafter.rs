@@ -2,9 +2,7 @@
 //! summed in another order: an online softmax over key tiles and splits, so the two agree to f32
 //! rounding) and the per-depth top-k of log-softmaxed logits.
 
-mod common;
-
-use common::{kernels, max_error};
+use crate::common::{kernels, max_error};
 use kdtree_engine::ops::cpu;
 use kdtree_engine::registry::{GqaShape, LogitTransform};
 use kdtree_kernels::shape::GqaSizes;

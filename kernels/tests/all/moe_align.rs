@@ -1,10 +1,8 @@
 //! The GPU alignment of routed assignments against the CPU one (kdtree-jit's `w4a16::grouped::align`):
 //! exact, sorted list, offsets, tiles and counts alike; the positions are the sorted list's inverse. Run on a GPU machine:
-//! `cargo test --release -p kdtree-kernels --test gpu_moe_align -- --ignored`.
+//! `cargo test --release -p kdtree-kernels --test all -- --ignored moe_align::`.
 
-mod common;
-
-use common::kernels;
+use crate::common::kernels;
 use kdtree_jit::w4a16::grouped::{align, sample_routing};
 use kdtree_kernels::shape::{MAX_ASSIGNMENTS, MAX_EXPERTS};
 use proptest::prelude::*;

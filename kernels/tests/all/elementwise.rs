@@ -5,9 +5,7 @@
 //!   within 1) round the f32 product to either side of a bf16 rounding boundary: then one bf16 ulp, which
 //!   for random data happens about once in 10⁵ values. A rounding bug would miss half of them.
 
-mod common;
-
-use common::kernels;
+use crate::common::kernels;
 use half::{bf16, f16};
 use kdtree_engine::ops::cpu;
 use proptest::prelude::*;

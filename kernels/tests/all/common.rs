@@ -1,7 +1,4 @@
-//! What the GPU tests share: one GPU and one set of loaded kernels per test binary.
-
-// Each test binary compiles this module and uses only some of it.
-#![allow(dead_code)]
+//! What the GPU tests share: one GPU and one set of loaded kernels for the whole binary.
 
 use std::sync::OnceLock;
 

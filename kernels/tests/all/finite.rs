@@ -2,9 +2,7 @@
 //! pattern, lengths around the float4 and grid boundaries, and logits of Kimi K2's size, where the grid
 //! is capped and each thread strides many times.
 
-mod common;
-
-use common::kernels;
+use crate::common::kernels;
 use kdtree_engine::ops::cpu;
 use proptest::prelude::*;
 

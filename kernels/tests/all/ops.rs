@@ -1,5 +1,5 @@
 //! Each kernel against the engine's CPU op on random shapes (including ones that are not multiples of
-//! the block or of 4) and random data. Tolerances, as max |gpu - cpu| / max(1, |cpu|) ([`common::MEASURE`]:
+//! the block or of 4) and random data. Tolerances, as max |gpu - cpu| / max(1, |cpu|) ([`crate::common::MEASURE`]:
 //! the same as the `/ (1 + |cpu|)` they were set in near 0, at most twice as strict near 1, and the
 //! errors explained below stay under half of each bound there):
 //! - rmsnorm 2e-5 and softmax 1e-5: the GPU sums in a tree, the CPU left to right; the difference of the
@@ -8,9 +8,7 @@
 //! - rope 1e-6: one product pair, which the GPU may fuse into an FMA (one rounding fewer).
 //! - argmax and embedding: exact; they only compare and copy.
 
-mod common;
-
-use common::{kernels, max_error};
+use crate::common::{kernels, max_error};
 use kdtree_engine::ops::cpu;
 use kdtree_engine::registry::RopeTable;
 use proptest::prelude::*;

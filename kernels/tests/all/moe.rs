@@ -1,7 +1,7 @@
 //! The router against the engine's CPU `route`, and the experts' weighted sum against the CPU MoE's
 //! loop. Tolerances:
 //! - route ids: exact, ties included.
-//! - route weights: 1e-6 relative, element by element ([`common::RELATIVE`]). The kernel's exponential (in double, then rounded) and the CPU's
+//! - route weights: 1e-6 relative, element by element ([`crate::common::RELATIVE`]). The kernel's exponential (in double, then rounded) and the CPU's
 //!   (glibc's expf) both round almost always to the nearest f32, but not always the same way: about one
 //!   exponential in 1600 differs by an ulp, which the normalisation spreads to the token's other
 //!   weights. Selection never sees that ulp unless two different logits are within it; the ties test's
@@ -12,11 +12,9 @@
 //! - the grouped kernel's SiLU epilogue: bit for bit against the chain it replaces (the plain grouped
 //!   gate-up, then silu_mul_halves_bf16).
 //!
-//! Run on a GPU machine: `cargo test --release -p kdtree-kernels --test gpu_moe -- --ignored`.
+//! Run on a GPU machine: `cargo test --release -p kdtree-kernels --test all -- --ignored moe::`.
 
-mod common;
-
-use common::{RELATIVE, gpu, kernels};
+use crate::common::{RELATIVE, gpu, kernels};
 use kdtree_engine::ops::cpu::route;
 use kdtree_engine::registry::Routing;
 use kdtree_jit::w4a16::grouped::{

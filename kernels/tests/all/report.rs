@@ -2,11 +2,9 @@
 //! op, and for RMSNorm and argmax the bandwidth they reach as a fraction of a device-to-device copy's,
 //! measured in the same run, both with the tuner's harness (kdtree-jit's `tune`: CUDA events, the L2
 //! evicted by a read before each rep, the median of the reps). Prints a table; run with
-//! `--ignored --nocapture`.
+//! `--ignored --nocapture report::`.
 
-mod common;
-
-use common::{gpu, kernels, max_error};
+use crate::common::{gpu, kernels, max_error};
 use cudarc::driver::sys::CUdevice_attribute;
 use kdtree_engine::ops::cpu;
 use kdtree_engine::registry::RopeTable;
