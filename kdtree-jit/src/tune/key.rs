@@ -243,7 +243,7 @@ pub const KIMI_K2: Preset = Preset {
 /// up projections loaded as one stacked [2 x 2048, 7168] weight, and its down projection. They run
 /// with `--per-expert-moe` (and tune at the engine's startup then); the engine's default grouped
 /// path runs every expert of a layer in one launch per projection instead. The engine's
-/// `tests/startup_tune.rs` checks these against what its loader plans for K2's experts.
+/// `engine/tests/all/startup_tune.rs` checks these against what its loader plans for K2's experts.
 pub const KIMI_K2_EXPERTS: Preset = Preset {
     name: "kimi-k2-experts",
     shapes: &[

@@ -21,7 +21,7 @@
 //! | `drafter` | the [`crate::spec::Drafter`] that decoding calls: a context fed by the target's taps |
 //!
 //! Checked against the reference implementation run by transformers on a random-weight drafter for a
-//! tiny target (`engine/tests/dflash.rs`, fixture and generator under
+//! tiny target (`engine/tests/all/dflash.rs`, fixture and generator under
 //! `engine/tests/fixtures/dflash/`).
 
 mod config;

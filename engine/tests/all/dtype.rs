@@ -3,14 +3,11 @@
 //! transformers' DeepSeek-V3 (`fixtures/numpy_greedy_f32.json`, the command that made it inside);
 //! `--dtype` chooses otherwise and says so. On the CPU here, on CUDA where a GPU is (`#[ignore]`d).
 
-mod ddtree_common;
-mod gpu_common;
-
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use ddtree_common::{Script, Scripted, assert_exact, greedy_text};
+use crate::ddtree_common::{Script, Scripted, assert_exact, greedy_text};
 use kdtree_engine::cuda::CudaBackend;
 use kdtree_engine::registry::{Backend, ComputeDtype, KvDtype};
 use kdtree_engine::spec::TreeLimits;
@@ -33,7 +30,7 @@ struct Case {
 }
 
 fn fixture() -> Fixture {
-    serde_json::from_str(include_str!("fixtures/numpy_greedy_f32.json")).unwrap()
+    serde_json::from_str(include_str!("../fixtures/numpy_greedy_f32.json")).unwrap()
 }
 
 /// The tiny f32 checkpoint of a case, as `make-tiny --f32` writes it.
@@ -166,7 +163,7 @@ fn make_tiny_writes_an_f32_checkpoint() {
 // On a GPU.
 
 fn on_cuda(dir: &Path, dtype: Option<ComputeDtype>) -> Model<CudaBackend> {
-    Model::load_as(dir, Arc::new(gpu_common::cuda()), dtype).expect("loads on CUDA")
+    Model::load_as(dir, Arc::new(crate::gpu_common::cuda()), dtype).expect("loads on CUDA")
 }
 
 #[test]
@@ -217,7 +214,7 @@ fn cuda_f32_logits_follow_the_cpus_closely_and_ddtree_equals_greedy() {
 #[ignore = "needs a CUDA GPU: which dtypes CUDA computes in"]
 fn cuda_refuses_f16_compute_and_keeps_a_bf16_checkpoint_in_bf16() {
     let dir = written(&TinySpec { seed: 5, ..TinySpec::default() });
-    let err = Model::load_as(dir.path(), Arc::new(gpu_common::cuda()), Some(ComputeDtype::F16)).unwrap_err();
+    let err = Model::load_as(dir.path(), Arc::new(crate::gpu_common::cuda()), Some(ComputeDtype::F16)).unwrap_err();
     assert!(err.to_string().contains("cannot compute in f16") && err.to_string().contains("--dtype bf16"), "{err}");
     // A bf16 checkpoint loads as it always has: bf16 weights, a bf16 cache, the f32 cache refused.
     let mut model = on_cuda(dir.path(), None);

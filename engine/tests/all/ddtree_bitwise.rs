@@ -2,11 +2,9 @@
 // for bit, those of feeding the node's path one token at a time; and after verification the compacted
 // cache continues exactly as a cache that only ever saw the accepted path.
 
-mod ddtree_common;
-
 use std::sync::LazyLock;
 
-use ddtree_common::tiny_model;
+use crate::ddtree_common::tiny_model;
 use kdtree_engine::registry::KvStore;
 use kdtree_engine::spec::{Draft, DraftTree, verify};
 use kdtree_engine::{KvCache, Model};

@@ -1,9 +1,6 @@
 //! Tiny models with one bad weight: what the finite checks of a forward are tested on (errors.rs on the
 //! CPU, cuda_finite.rs on the GPU).
 
-// Each test binary compiles this module and uses only some of it.
-#![allow(dead_code)]
-
 use std::path::Path;
 
 use kdtree_engine::EngineError;

@@ -1,11 +1,9 @@
 // Chain speculation and cost-aware DDTree reproduce greedy decoding token for token, with the noisy
 // oracle as the drafter, and shape their rounds as documented.
 
-mod ddtree_common;
-
 use std::sync::LazyLock;
 
-use ddtree_common::{greedy_text, tiny_model};
+use crate::ddtree_common::{greedy_text, tiny_model};
 use kdtree_engine::spec::{CostModel, Method, NoisyOracle, Stats, TreeLimits, speculative_generate, sweep};
 use kdtree_engine::{Model, greedy_generate};
 use proptest::prelude::*;

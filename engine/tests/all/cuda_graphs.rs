@@ -3,13 +3,10 @@
 //! recorded (the per-expert MoE path) run op by op. Run on a GPU machine:
 //! `cargo test --release -p kdtree-engine --test cuda_graphs -- --ignored --nocapture`.
 
-mod ddtree_common;
-mod gpu_common;
-
 use std::path::Path;
 use std::sync::Arc;
 
-use ddtree_common::{Script, Scripted, assert_exact, greedy_text};
+use crate::ddtree_common::{Script, Scripted, assert_exact, greedy_text};
 use kdtree_engine::cuda::{CudaBackend, CudaOptions, MoeKernels};
 use kdtree_engine::registry::KvStore;
 use kdtree_engine::spec::TreeLimits;
@@ -23,7 +20,7 @@ fn load(dir: &Path, options: CudaOptions) -> Model<CudaBackend> {
 /// The tiny INT4 model with graphs and without.
 fn pair(dir: &Path) -> (Model<CudaBackend>, Model<CudaBackend>) {
     write_tiny_model(dir, &TinySpec { int4_experts: true, seed: 21, ..TinySpec::default() }).unwrap();
-    let on = gpu_common::options();
+    let on = crate::gpu_common::options();
     (load(dir, on.clone()), load(dir, CudaOptions { graphs: false, ..on }))
 }
 
@@ -94,7 +91,7 @@ fn graphed_ddtree_equals_greedy_decoding() {
 fn per_expert_moe_runs_op_by_op_with_graphs_asked_for() {
     let dir = tempfile::tempdir().unwrap();
     let (graphed, _) = pair(dir.path());
-    let per_expert = load(dir.path(), CudaOptions { moe: MoeKernels::PerExpert, ..gpu_common::options() });
+    let per_expert = load(dir.path(), CudaOptions { moe: MoeKernels::PerExpert, ..crate::gpu_common::options() });
     let prompt = [3u32, 1, 4, 1, 5];
     let want = greedy_generate(&graphed, &prompt, 12, &[]).unwrap();
     assert_eq!(greedy_generate(&per_expert, &prompt, 12, &[]).unwrap(), want);

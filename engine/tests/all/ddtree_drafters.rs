@@ -1,10 +1,8 @@
 // The model drafters: exact decoding with each, their KV cache reuse across rounds, and bad input.
 
-mod ddtree_common;
-
 use std::sync::LazyLock;
 
-use ddtree_common::{assert_exact, tiny_model};
+use crate::ddtree_common::{assert_exact, tiny_model};
 use kdtree_engine::Model;
 use kdtree_engine::spec::{BlockDrafter, Drafter, ModelDrafter, TreeLimits};
 

@@ -1,8 +1,6 @@
 //! Without a GPU: how the backend is chosen at startup, and which W4A16 variant each weight shape
 //! gets from a tuning DB (a hit, the nearest M bucket, a stale entry, a missing one).
 
-mod gpu_common;
-
 use kdtree_engine::EngineError;
 use kdtree_engine::cuda::{CudaBackend, Mode, Source, WeightShape, default_variant, plan};
 use kdtree_engine::registry::{BackendKind, Selection, select};
@@ -45,7 +43,7 @@ fn cuda_without_a_gpu_is_an_error_naming_what_is_missing() {
 
 #[test]
 fn opening_cuda_returns_a_backend_or_an_error_never_a_panic() {
-    let options = gpu_common::options();
+    let options = crate::gpu_common::options();
     if let Err(e) = CudaBackend::open(&options) {
         let message = e.to_string();
         assert!(["CUDA driver", "GPU", "NVRTC"].iter().any(|what| message.contains(what)), "{message}");
@@ -182,7 +180,7 @@ fn the_default_variant_is_valid_and_serves_any_m_for_every_group_dtype_and_arch(
 
 #[test]
 fn opening_the_backends_gives_the_cpu_when_asked_and_auto_says_why_it_fell_back() {
-    let options = gpu_common::options();
+    let options = crate::gpu_common::options();
     let open = || CudaBackend::open(&options);
     assert!(matches!(select(BackendKind::Cpu, open).unwrap(), Selection::Cpu { note: None }));
     match select(BackendKind::Auto, open).unwrap() {

@@ -1,15 +1,13 @@
 //! Bad model folders: each a clear error that names the file and the tensor or key, or, for weights
 //! that hold NaN or infinities, the first op of the forward whose output is not finite.
 
-mod poison;
-
 use std::path::Path;
 
+use crate::poison::{int4_all_experts, non_finite, poison};
 use kdtree_engine::registry::KvStore;
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 use kdtree_engine::{EngineError, Model, greedy_generate};
 use kdtree_quant::{SafetensorsFile, Tensor, write_file};
-use poison::{int4_all_experts, non_finite, poison};
 
 const SHARD2: &str = "model-00002-of-00002.safetensors";
 

@@ -2,9 +2,7 @@
 //! through the one [`Backend`] trait, within each op's bound. Run on a GPU machine:
 //! `cargo test --release -p kdtree-engine --test cuda_ops -- --ignored --nocapture`.
 
-mod gpu_common;
-
-use gpu_common::cuda;
+use crate::gpu_common::cuda;
 
 use kdtree_engine::TreeMask;
 use kdtree_engine::cpu::CpuBackend;

@@ -1,11 +1,9 @@
 // DDTree output equals plain greedy output token for token, on tiny bf16 and INT4 models, for random
 // prompts, budgets, depths and drafters; and the oracle drafter is accepted as deep as the tree goes.
 
-mod ddtree_common;
-
 use std::sync::LazyLock;
 
-use ddtree_common::{Script, Scripted, assert_exact, greedy_text, tiny_model};
+use crate::ddtree_common::{Script, Scripted, assert_exact, greedy_text, tiny_model};
 use kdtree_engine::Model;
 use kdtree_engine::spec::{LookupDrafter, TreeLimits};
 use proptest::prelude::*;

@@ -3,13 +3,10 @@
 //! `cargo test --release -p kdtree-engine --test cuda -- --ignored --nocapture`, with NVRTC found
 //! through `KDTREE_NVRTC_DIR=<CUDA>/targets/x86_64-linux/lib` or the loader path.
 
-mod ddtree_common;
-mod gpu_common;
-
 use std::path::Path;
 use std::sync::Arc;
 
-use ddtree_common::{Script, Scripted, assert_exact, greedy_text};
+use crate::ddtree_common::{Script, Scripted, assert_exact, greedy_text};
 use kdtree_engine::cpu::CpuBackend;
 use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, WeightShape, default_variant};
 use kdtree_engine::registry::{Backend, KvStore};
@@ -139,8 +136,8 @@ struct Fixture {
 }
 
 fn on_gpu(model_dir: &Path, tuning_db: &Path, mode: Mode) -> OnGpu {
-    let cuda =
-        CudaBackend::open(&CudaOptions { tuning_db: tuning_db.into(), mode, ..gpu_common::options() }).expect("CUDA");
+    let cuda = CudaBackend::open(&CudaOptions { tuning_db: tuning_db.into(), mode, ..crate::gpu_common::options() })
+        .expect("CUDA");
     Model::load_on(model_dir, Arc::new(cuda)).expect("loads on CUDA")
 }
 

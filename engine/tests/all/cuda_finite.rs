@@ -3,21 +3,18 @@
 //! decoding with the error the CPU backend gives, naming the same op. Run on a GPU machine:
 //! `cargo test --release -p kdtree-engine --test cuda_finite -- --ignored`.
 
-mod gpu_common;
-mod poison;
-
-use gpu_common::cuda;
+use crate::gpu_common::cuda;
 
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::poison::{int4_all_experts, non_finite, poison};
 use kdtree_engine::cpu::{CpuBackend, CpuTensor};
 use kdtree_engine::cuda::{CudaBackend, CudaTensor};
 use kdtree_engine::registry::{Backend, KvStore};
 use kdtree_engine::spec::{LookupDrafter, TreeLimits, ddtree_generate};
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 use kdtree_engine::{EngineError, Model, greedy_generate};
-use poison::{int4_all_experts, non_finite, poison};
 
 #[test]
 #[ignore = "needs a GPU"]

@@ -64,15 +64,15 @@ fn check_with(json: &str, kv: KvDtype) {
 
 #[test]
 fn bf16_model_matches_the_numpy_reference() {
-    check(include_str!("fixtures/numpy_reference_bf16.json"));
+    check(include_str!("../fixtures/numpy_reference_bf16.json"));
 }
 
 #[test]
 fn int4_model_matches_the_numpy_reference() {
-    check(include_str!("fixtures/numpy_reference_int4.json"));
+    check(include_str!("../fixtures/numpy_reference_int4.json"));
 }
 
 #[test]
 fn q_proj_and_half_split_rope_model_matches_the_numpy_reference() {
-    check(include_str!("fixtures/numpy_reference_qproj_halfsplit.json"));
+    check(include_str!("../fixtures/numpy_reference_qproj_halfsplit.json"));
 }

@@ -1,8 +1,6 @@
 //! Tuning at startup: the W4A16 problems a checkpoint makes the CUDA backend plan, against the
 //! tuning presets, and (on a GPU) tuned into an empty DB before the load plans from it.
 
-mod gpu_common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -64,7 +62,8 @@ fn an_empty_db_gains_the_models_shapes_at_startup_and_the_load_runs_them() {
     let db_dir = tempfile::tempdir().unwrap();
     let db_path = db_dir.path().join("tuning.json");
     // Per-expert MoE: the tiny model's only INT4 weights are its routed experts.
-    let options = CudaOptions { tuning_db: db_path.clone(), moe: MoeKernels::PerExpert, ..gpu_common::options() };
+    let options =
+        CudaOptions { tuning_db: db_path.clone(), moe: MoeKernels::PerExpert, ..crate::gpu_common::options() };
     let mut cuda = CudaBackend::open(&options).unwrap();
     let summary = cuda.tune_at_startup(model.path(), Duration::from_secs(120), &mut |_| {}).unwrap().unwrap();
     assert_eq!((summary.tuned, summary.skipped, summary.failed), (2, 0, 0), "{summary}");

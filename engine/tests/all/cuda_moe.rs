@@ -3,9 +3,7 @@
 //! experts-touched count while profiling, and the per-expert fallback for dense experts. Run on a GPU
 //! machine: `cargo test --release -p kdtree-engine --test cuda_moe -- --ignored --nocapture`.
 
-mod gpu_common;
-
-use gpu_common::cuda;
+use crate::gpu_common::cuda;
 
 use kdtree_engine::TreeMask;
 use kdtree_engine::cpu::CpuBackend;

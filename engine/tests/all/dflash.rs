@@ -5,8 +5,6 @@
 //! taps; and DDTree with the drafter, greedy-exact, its context fed only the accepted tokens' features,
 //! on the CPU and (`--ignored`, on a GPU) against a target on the CUDA backend.
 
-mod gpu_common;
-
 use std::path::{Path, PathBuf};
 
 use kdtree_engine::cpu::CpuBackend;
@@ -155,7 +153,7 @@ fn drafts_match_the_reference_implementation_on_the_gpu() {
 fn on_gpu(dtype: Option<ComputeDtype>) -> Model<kdtree_engine::cuda::CudaBackend> {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_model(dir.path(), &TinySpec { seed: fixture().target_seed, ..TinySpec::default() }).unwrap();
-    let backend = kdtree_engine::cuda::CudaBackend::open(&gpu_common::options()).expect("a GPU");
+    let backend = kdtree_engine::cuda::CudaBackend::open(&crate::gpu_common::options()).expect("a GPU");
     // Loading reads every tensor: the folder may go after it.
     Model::load_as(dir.path(), std::sync::Arc::new(backend), dtype).unwrap()
 }
