@@ -3,12 +3,12 @@
 //!
 //! | test | what | where it runs |
 //! |---|---|---|
-//! | `tests/layout.rs` | every valid dense variant's weight layout (tiles, wgmma) round-trips on random shapes | CI (CPU) |
-//! | `tests/gpu.rs` | every dense variant valid on the GPU (tiles; wgmma on sm_90) matches `kdtree_quant::reference` on random M, N, K, data | a GPU (`--ignored`) |
-//! | `tests/config.rs` | edited config.json: `Config::load`, `Model::load` and a short generation never panic, a refusal names an edited key, keys the engine does not read change nothing | CI (CPU) |
-//! | `tests/safetensors.rs` | edited shard headers: the reader, INT4 weights and `Model::load` never panic | CI (CPU) |
-//! | `tests/tuning_db.rs` | edited tuning DB files: `TuningDb::open`, lookups and saves never panic | CI (CPU) |
-//! | `tests/cache.rs` | damaged cubin cache entries: refused naming the file, or read as exactly what it says under a redone checksum; never a miss or a panic | CI (CPU) |
+//! | `tests/all/layout.rs` | every valid dense variant's weight layout (tiles, wgmma) round-trips on random shapes | CI (CPU) |
+//! | `tests/all/gpu.rs` | every dense variant valid on the GPU (tiles; wgmma on sm_90) matches `kdtree_quant::reference` on random M, N, K, data | a GPU (`--ignored`) |
+//! | `tests/all/config.rs` | edited config.json: `Config::load`, `Model::load` and a short generation never panic, a refusal names an edited key, keys the engine does not read change nothing | CI (CPU) |
+//! | `tests/all/safetensors.rs` | edited shard headers: the reader, INT4 weights and `Model::load` never panic | CI (CPU) |
+//! | `tests/all/tuning_db.rs` | edited tuning DB files: `TuningDb::open`, lookups and saves never panic | CI (CPU) |
+//! | `tests/all/cache.rs` | damaged cubin cache entries: refused naming the file, or read as exactly what it says under a redone checksum; never a miss or a panic | CI (CPU) |
 //!
 //! The input suites run a bounded number of cases in CI, a few seconds each; `PROPTEST_CASES` sets
 //! it for a long pass (see the crate's README).

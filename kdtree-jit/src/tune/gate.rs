@@ -6,7 +6,7 @@
 //! [`crate::w4a16::accuracy`] (2 eps of the dtype for f32 sums, 8 eps for f16 sums, each bound
 //! explained there with what the H200 measured). The gate judges against the largest output alone
 //! (no floor: a tuning problem has many outputs), names the worst element for the report, and
-//! refuses outputs of the wrong length or with NaN. tests/tune_gate.rs checks the table against
+//! refuses outputs of the wrong length or with NaN. tests/all/tune_gate.rs checks the table against
 //! simulated kernels: the arithmetic a correct kernel may do passes, the bugs a wrong one has do not.
 
 use kdtree_quant::compare::Measure;

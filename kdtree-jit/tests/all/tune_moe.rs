@@ -48,7 +48,7 @@ fn variant(bm: u32) -> W4a16Grouped {
 
 #[test]
 fn a_db_file_written_before_moe_keys_reads_unchanged_and_saves_byte_for_byte() {
-    let old = include_str!("data/tuning-before-moe.json");
+    let old = include_str!("../data/tuning-before-moe.json");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tuning.json");
     std::fs::write(&path, old).unwrap();
