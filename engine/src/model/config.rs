@@ -8,6 +8,8 @@
 mod limits;
 mod raw;
 
+pub(crate) use limits::check_rope;
+
 use std::path::Path;
 
 use kdtree_jit::mla::MlaShape;

@@ -40,11 +40,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub(crate) use checkpoint::Checkpoint;
+pub(crate) use config::check_rope;
 pub use config::{Config, Yarn};
 pub use int4_weights::{Int4Weight, int4_weights};
 pub use layout::{Layout, Skipped};
 pub use quant_config::QuantConfig;
-pub use rotary::{softmax_scale, yarn_mscale};
+pub use rotary::{inv_freq, softmax_scale, yarn_inv_freq, yarn_mscale};
 
 use attention::Attention;
 use mlp::Mlp;

@@ -22,27 +22,36 @@ pub fn rope_table(c: &Config) -> RopeTable {
 pub fn rope_table_for(c: &Config, positions: usize) -> RopeTable {
     let positions = positions.min(c.context_len());
     let dim = c.qk_rope_head_dim;
-    let base: Vec<f64> = (0..dim / 2).map(|i| 1.0 / c.rope_theta.powf((2 * i) as f64 / dim as f64)).collect();
     match &c.rope_scaling {
-        None => RopeTable::new(&base, positions, 1.0),
+        None => RopeTable::new(&inv_freq(dim, c.rope_theta), positions, 1.0),
         Some(y) => {
-            let (low, high) = correction_range(y, dim, c.rope_theta);
-            let inv_freq: Vec<f64> = base
-                .iter()
-                .enumerate()
-                .map(|(i, &extra)| {
-                    // The ramp is 0 for fast (high-frequency) dims, which keep `extra`, and 1 for
-                    // slow ones, which are interpolated by `factor`.
-                    let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
-                    let keep = 1.0 - ramp;
-                    extra / y.factor * (1.0 - keep) + extra * keep
-                })
-                .collect();
             // DeepSeek's cos/sin factor: mscale(f, mscale) / mscale(f, mscale_all_dim), 1 for K2.
             let mscale = yarn_mscale(y.factor, y.mscale) / yarn_mscale(y.factor, y.mscale_all_dim);
-            RopeTable::new(&inv_freq, positions, mscale)
+            RopeTable::new(&yarn_inv_freq(y, dim, c.rope_theta), positions, mscale)
         }
     }
+}
+
+/// Plain rope's `dim / 2` frequencies, `theta^(-2i / dim)`.
+pub fn inv_freq(dim: usize, theta: f64) -> Vec<f64> {
+    (0..dim / 2).map(|i| 1.0 / theta.powf((2 * i) as f64 / dim as f64)).collect()
+}
+
+/// YaRN's `dim / 2` frequencies: the fast ones kept, the slow ones divided by `factor`, a linear ramp
+/// between (DeepSeek's `precompute_freqs_cis` and transformers' `_compute_yarn_parameters` agree).
+pub fn yarn_inv_freq(y: &Yarn, dim: usize, theta: f64) -> Vec<f64> {
+    let (low, high) = correction_range(y, dim, theta);
+    inv_freq(dim, theta)
+        .iter()
+        .enumerate()
+        .map(|(i, &extra)| {
+            // The ramp is 0 for fast (high-frequency) dims, which keep `extra`, and 1 for slow ones,
+            // which are interpolated by `factor`.
+            let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+            let keep = 1.0 - ramp;
+            extra / y.factor * (1.0 - keep) + extra * keep
+        })
+        .collect()
 }
 
 /// `(low, high)` of the YaRN ramp over the `dim / 2` frequencies (`yarn_find_correction_range`

@@ -48,7 +48,7 @@ impl DrafterSpec {
     /// and 8 key/value heads of 128, SwiGLU of 18432, block size 8, rope theta 50000, reading 6 target
     /// layers (`[1, 12, 24, 35, 47, 58]` of K2's 61); 3.48 G parameters, 6.96 GB in bf16 beside a
     /// hidden size of 7168. Its config scales rope with YaRN (factor 64 over 4096 positions), which
-    /// the engine's drafter loader refuses: this one has plain rope, the same cost.
+    /// changes only the rotary table: this one has plain rope, the same cost.
     pub fn k2_5() -> DrafterSpec {
         DrafterSpec {
             seed: 0,

@@ -158,6 +158,33 @@ fn on_gpu(dtype: Option<ComputeDtype>) -> Model<kdtree_engine::cuda::CudaBackend
     Model::load_as(dir.path(), std::sync::Arc::new(backend), dtype).unwrap()
 }
 
+/// A YaRN drafter (the published K2.5 one's kind of rope) loads and drafts: its rope is the plain one
+/// at factor 1 (YaRN then keeps every frequency and scales cos and sin by mscale(1) = 1) and differs
+/// from it at factor 4.
+#[test]
+fn yarn_drafters_load_and_their_rope_reaches_the_logits() {
+    let f = fixture();
+    let (_target_dir, target) = target(f.target_seed);
+    let round = &f.cases[0].rounds[0];
+    let logits = |factor: Option<f64>| {
+        let dir = drafter_with(|c| {
+            if let Some(factor) = factor {
+                let original = 512.0 / factor;
+                c["rope_scaling"] =
+                    serde_json::json!({"type": "yarn", "factor": factor, "original_max_position_embeddings": original});
+            }
+        });
+        let drafter = DflashModel::load(dir.path(), &target).unwrap();
+        let mut ctx = drafter.new_context().unwrap();
+        drafter.extend_context(&mut ctx, &flat(&round.taps)).unwrap();
+        drafter.draft_logits(&target, &ctx, round.bonus).unwrap()
+    };
+    let plain = logits(None);
+    let worst = |other: &[f32]| plain.iter().zip(other).fold(0f32, |w, (a, b)| w.max((a - b).abs()));
+    assert!(worst(&logits(Some(1.0))) < 1e-5, "factor 1 moved the logits by {}", worst(&logits(Some(1.0))));
+    assert!(worst(&logits(Some(4.0))) > 1e-3, "factor 4 left the logits as they were");
+}
+
 /// The context rows of a round, however they were appended (all at once, a round at a time, or past a
 /// truncation), give the same bits: a context row depends only on its taps and position.
 #[test]
@@ -248,8 +275,8 @@ fn what_the_engine_does_not_run_is_refused_by_name() {
     assert_eq!(refused(|c| c["layer_types"][1] = "sliding_attention".into()).0, "layer_types");
     assert_eq!(refused(|c| c["attention_bias"] = true.into()).0, "attention_bias");
     assert_eq!(
-        refused(|c| c["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0})).0,
-        "rope_scaling"
+        refused(|c| c["rope_scaling"] = serde_json::json!({"rope_type": "longrope", "factor": 4.0})).0,
+        "rope_scaling.rope_type"
     );
 }
 

@@ -177,7 +177,7 @@ impl Config {
 
 /// `rope_theta` (under `theta_key`) and the YaRN parameters of the section `section`
 /// (`rope_scaling` or `rope_parameters`).
-pub(super) fn check_rope(file: &str, theta_key: &str, theta: f64, section: &str, yarn: Option<&Yarn>) -> Result<()> {
+pub(crate) fn check_rope(file: &str, theta_key: &str, theta: f64, section: &str, yarn: Option<&Yarn>) -> Result<()> {
     if !(theta.is_finite() && theta > 1.0) {
         return Err(err(file, theta_key, format!("is {}, must be finite and > 1", number(theta))));
     }

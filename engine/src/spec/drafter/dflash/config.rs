@@ -8,8 +8,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::Result;
-use crate::model::Config;
 use crate::model::json::{err, read, read_capped};
+use crate::model::{Config, Yarn, check_rope, yarn_mscale};
 
 /// The sizes and constants of a DFlash drafter, valid for the target it was checked against.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,6 +22,8 @@ pub struct DflashConfig {
     pub intermediate_size: usize,
     pub rms_norm_eps: f32,
     pub rope_theta: f64,
+    /// YaRN rope scaling, `None` for plain rope.
+    pub rope_scaling: Option<DraftYarn>,
     /// The target layers whose outputs, concatenated in this order, are the drafter's context features.
     pub target_layer_ids: Vec<usize>,
     /// Positions drafted a round: the bonus token and `block_size - 1` masks.
@@ -47,6 +49,7 @@ struct Raw {
     vocab_size: Option<usize>,
     rms_norm_eps: Option<f64>,
     rope_theta: Option<f64>,
+    max_position_embeddings: Option<usize>,
     rope_scaling: Option<serde_json::Value>,
     rope_parameters: Option<serde_json::Value>,
     attention_bias: Option<bool>,
@@ -110,6 +113,7 @@ impl DflashConfig {
                 a.or(b).ok_or_else(|| err(file, "block_size", "is required (at the root or in dflash_config)"))?
             }
         };
+        let (rope_theta, rope_scaling) = rope(file, &raw)?;
         let config = DflashConfig {
             hidden_size,
             num_hidden_layers,
@@ -118,7 +122,8 @@ impl DflashConfig {
             head_dim,
             intermediate_size: need("intermediate_size", raw.intermediate_size)?,
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6) as f32,
-            rope_theta: rope_theta(file, &raw)?,
+            rope_theta,
+            rope_scaling,
             target_layer_ids,
             block_size,
             mask_token_id: d.mask_token_id.ok_or_else(|| err(file, "dflash_config.mask_token_id", "is required"))?,
@@ -228,23 +233,101 @@ fn refuse_unsupported(file: &str, raw: &Raw) -> Result<()> {
     Ok(())
 }
 
-/// `rope_theta` of a plain (unscaled) rope, from `rope_parameters` or the root; scaled rope is refused.
-fn rope_theta(file: &str, raw: &Raw) -> Result<f64> {
+/// YaRN as transformers reads it for a Qwen3 drafter (`_compute_yarn_parameters`): the frequencies of
+/// [`crate::model::yarn_inv_freq`], cos and sin scaled by `attention_factor`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DraftYarn {
+    pub yarn: Yarn,
+    /// The config's `attention_factor`; else `mscale(factor, mscale) / mscale(factor, mscale_all_dim)`
+    /// where both are given and nonzero; else `mscale(factor, 1)`.
+    pub attention_factor: f64,
+}
+
+/// `rope_theta` and the scaling, from `rope_parameters` or the root and `rope_scaling`: plain rope or
+/// YaRN; other scalings are refused.
+fn rope(file: &str, raw: &Raw) -> Result<(f64, Option<DraftYarn>)> {
     let (section, scaling) = match (&raw.rope_parameters, &raw.rope_scaling) {
         (Some(p), _) => ("rope_parameters", p),
-        (None, Some(s)) => ("rope_scaling", s),
-        (None, None) => return Ok(raw.rope_theta.unwrap_or(10000.0)),
+        (None, Some(s)) if !s.is_null() => ("rope_scaling", s),
+        _ => {
+            let theta = raw.rope_theta.unwrap_or(10000.0);
+            check_rope(file, "rope_theta", theta, "", None)?;
+            return Ok((theta, None));
+        }
     };
-    let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|k| k.as_str());
-    if kind.is_some_and(|k| k != "default") {
-        let reason = format!("`{}` is not supported for a DFlash drafter (plain rope is)", kind.unwrap_or_default());
-        return Err(err(file, section, reason));
+    let key = |k: &str| format!("{section}.{k}");
+    let number = |k: &str| -> Result<Option<f64>> {
+        match scaling.get(k) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| err(file, &key(k), format!("is {v}, not a number"))),
+        }
+    };
+    let (theta_key, theta) = match number("rope_theta")? {
+        Some(t) => (key("rope_theta"), t),
+        None => ("rope_theta".to_owned(), raw.rope_theta.unwrap_or(10000.0)),
+    };
+    let kind_key = if scaling.get("rope_type").is_some() { "rope_type" } else { "type" };
+    let yarn = match scaling.get(kind_key).and_then(|k| k.as_str()) {
+        None | Some("default") => None,
+        Some("yarn") => Some(draft_yarn(file, section, raw.max_position_embeddings, &number, scaling)?),
+        Some(other) => {
+            let reason = format!("`{other}` is not supported for a DFlash drafter (default and yarn are)");
+            return Err(err(file, &key(kind_key), reason));
+        }
+    };
+    check_rope(file, &theta_key, theta, section, yarn.as_ref().map(|y| &y.yarn))?;
+    Ok((theta, yarn))
+}
+
+/// The YaRN section `section` (`scaling`, its numbers read by `number`) of a config that declares
+/// `declared` positions.
+fn draft_yarn(
+    file: &str,
+    section: &str,
+    declared: Option<usize>,
+    number: &dyn Fn(&str) -> Result<Option<f64>>,
+    scaling: &serde_json::Value,
+) -> Result<DraftYarn> {
+    let key = |k: &str| format!("{section}.{k}");
+    let factor = number("factor")?.ok_or_else(|| err(file, &key("factor"), "is required"))?;
+    let original = match number("original_max_position_embeddings")? {
+        Some(o) if o.fract() == 0.0 && o >= 1.0 => o as usize,
+        Some(o) => return Err(err(file, &key("original_max_position_embeddings"), format!("is {o}"))),
+        None => declared.ok_or_else(|| err(file, "max_position_embeddings", "is required with YaRN"))?,
+    };
+    // transformers before 5 takes the factor from the two lengths where both are given, 5 takes
+    // `factor`: a config on which they disagree means two different ropes.
+    if let Some(declared) = declared.filter(|_| scaling.get("original_max_position_embeddings").is_some()) {
+        let implied = declared as f64 / original as f64;
+        if (implied - factor).abs() > 1e-9 * factor {
+            let reason = format!(
+                "is {factor}, but max_position_embeddings / original_max_position_embeddings is {declared} / \
+                 {original} = {implied}: transformers versions disagree on which one YaRN uses"
+            );
+            return Err(err(file, &key("factor"), reason));
+        }
     }
-    let theta = scaling.get("rope_theta").and_then(|t| t.as_f64()).or(raw.rope_theta).unwrap_or(10000.0);
-    if !(theta.is_finite() && theta > 1.0) {
-        return Err(err(file, "rope_theta", format!("is {theta}: it must be a finite number above 1")));
+    if scaling.get("truncate").is_some_and(|t| t != &serde_json::Value::Bool(true)) {
+        return Err(err(file, &key("truncate"), "only true (the default) is supported"));
     }
-    Ok(theta)
+    let (mscale, mscale_all_dim) = (number("mscale")?.unwrap_or(0.0), number("mscale_all_dim")?.unwrap_or(0.0));
+    let yarn = Yarn {
+        factor,
+        original_max_position_embeddings: original,
+        beta_fast: number("beta_fast")?.unwrap_or(32.0),
+        beta_slow: number("beta_slow")?.unwrap_or(1.0),
+        mscale,
+        mscale_all_dim,
+    };
+    let attention_factor = match number("attention_factor")? {
+        Some(a) if a.is_finite() && a > 0.0 => a,
+        Some(a) => return Err(err(file, &key("attention_factor"), format!("is {a}, must be finite and > 0"))),
+        None if mscale != 0.0 && mscale_all_dim != 0.0 => {
+            yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+        }
+        None => yarn_mscale(factor, 1.0),
+    };
+    Ok(DraftYarn { yarn, attention_factor })
 }
 
 /// The reference's `build_target_layer_ids`: one layer in the middle, or layers spread evenly from the
@@ -262,6 +345,55 @@ fn default_target_layer_ids(target_layers: usize, draft_layers: usize) -> Vec<us
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rope of a minimal drafter config (`max_position_embeddings` 262144) whose `rope_scaling` is
+    /// `section`.
+    fn yarn_of(section: serde_json::Value) -> Result<(f64, Option<DraftYarn>)> {
+        let mut v = serde_json::json!({"max_position_embeddings": 262144, "rope_theta": 50000.0});
+        v["rope_scaling"] = section;
+        rope("config.json", &serde_json::from_value(v).unwrap())
+    }
+
+    #[test]
+    fn yarn_is_read_as_transformers_reads_it_for_qwen3() {
+        // Kimi-K2.5-DFlash's: factor 64 over 4096 positions, no mscale keys: cos and sin scaled by
+        // mscale(64) = 0.1 ln 64 + 1.
+        let k2_5 = serde_json::json!({"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096});
+        let (theta, y) = yarn_of(k2_5).unwrap();
+        let y = y.unwrap();
+        let read = (theta, y.yarn.original_max_position_embeddings, y.yarn.beta_fast, y.yarn.beta_slow);
+        assert_eq!(read, (50000.0, 4096, 32.0, 1.0));
+        assert!((y.attention_factor - (0.1 * 64f64.ln() + 1.0)).abs() < 1e-12);
+        // Both mscales given (DeepSeek's convention): their ratio; an explicit attention_factor wins.
+        let both = serde_json::json!({"rope_type": "yarn", "factor": 64.0, "mscale": 1.0, "mscale_all_dim": 1.0});
+        assert_eq!(yarn_of(both).unwrap().1.unwrap().attention_factor, 1.0);
+        let explicit = serde_json::json!({"rope_type": "yarn", "factor": 64.0, "attention_factor": 0.5});
+        assert_eq!(yarn_of(explicit).unwrap().1.unwrap().attention_factor, 0.5);
+        // No original length: the declared one.
+        let bare = yarn_of(serde_json::json!({"type": "yarn", "factor": 1.0})).unwrap().1.unwrap();
+        assert_eq!((bare.yarn.original_max_position_embeddings, bare.attention_factor), (262144, 1.0));
+        assert_eq!(yarn_of(serde_json::json!({"type": "default"})).unwrap().1, None);
+    }
+
+    #[test]
+    fn yarn_that_transformers_versions_read_differently_is_refused_by_key() {
+        let key = |section| match yarn_of(section).unwrap_err() {
+            crate::EngineError::Config { key, .. } => key,
+            e => panic!("{e}"),
+        };
+        // 262144 / 4096 = 64, not 32: transformers 4 would use 64, 5 would use 32.
+        let ambiguous = serde_json::json!({"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096});
+        assert_eq!(key(ambiguous), "rope_scaling.factor");
+        assert_eq!(
+            key(serde_json::json!({"type": "yarn", "factor": 64.0, "truncate": false})),
+            "rope_scaling.truncate"
+        );
+        assert_eq!(key(serde_json::json!({"type": "yarn"})), "rope_scaling.factor");
+        assert_eq!(key(serde_json::json!({"type": "yarn", "factor": 0.5})), "rope_scaling.factor");
+        assert_eq!(key(serde_json::json!({"type": "linear", "factor": 2.0})), "rope_scaling.type");
+        let negative = serde_json::json!({"type": "yarn", "factor": 2.0, "attention_factor": -1.0});
+        assert_eq!(key(negative), "rope_scaling.attention_factor");
+    }
 
     #[test]
     fn default_layer_ids_are_the_references() {

@@ -29,7 +29,7 @@ mod drafter;
 mod forward;
 mod weights;
 
-pub use config::DflashConfig;
+pub use config::{DflashConfig, DraftYarn};
 pub use drafter::DflashDrafter;
 pub use forward::DflashContext;
 pub use weights::DflashModel;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::config::DflashConfig;
 use crate::error::Result;
-use crate::model::{Checkpoint, Layout, Model};
+use crate::model::{Checkpoint, Layout, Model, inv_freq, yarn_inv_freq};
 use crate::registry::{Backend, HostLinear, Rope, RopeTable};
 
 /// One decoder layer's weights on the backend.
@@ -88,9 +88,13 @@ impl<B: Backend> DflashModel<B> {
                 down_proj: linear(&mlp("down_proj"), dense(&mlp("down_proj.weight"), h, inter)?)?,
             });
         }
-        // Qwen3's default rope: frequencies over the whole head, pairs (i, i + head_dim / 2).
-        let inv_freq: Vec<f64> = (0..hd / 2).map(|i| 1.0 / c.rope_theta.powf((2 * i) as f64 / hd as f64)).collect();
-        let rope = Rope::new(&**b, &RopeTable::new(&inv_freq, target.config.context_len(), 1.0))?;
+        // Qwen3's rope: frequencies over the whole head, pairs (i, i + head_dim / 2); YaRN's scale cos
+        // and sin by its attention factor.
+        let (inv_freq, scale) = match &c.rope_scaling {
+            None => (inv_freq(hd, c.rope_theta), 1.0),
+            Some(y) => (yarn_inv_freq(&y.yarn, hd, c.rope_theta), y.attention_factor),
+        };
+        let rope = Rope::new(&**b, &RopeTable::new(&inv_freq, target.config.context_len(), scale))?;
         Ok(DflashModel {
             fc: linear("fc", dense("fc.weight", h, c.tap_width())?)?,
             hidden_norm: vector("hidden_norm.weight", h)?,
