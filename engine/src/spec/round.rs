@@ -53,14 +53,11 @@ pub fn time_rounds<B: Backend>(
     let mut cache = target.new_cache();
     let (bonus, taps) = target.prefill_tapped(&mut cache, prompt, drafter.target_layers())?;
     drafter.commit(&taps)?;
-    let mut depths = drafter.draft(prompt, bonus, len, top_k)?.len();
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let start = Instant::now();
+    let mut depths = 0;
+    let t = host_timed(reps, || {
         depths = drafter.draft(prompt, bonus, len, top_k)?.len();
-        samples.push(start.elapsed().as_secs_f64() * 1e6);
-    }
-    let t = Timing::from_samples(samples);
+        Ok(())
+    })?;
     Ok(RoundTiming {
         drafter: name.into(),
         context: prompt.len(),
@@ -86,15 +83,20 @@ pub fn time_forward<B: Backend>(target: &Model<B>, model: &DflashModel<B>, promp
     let (bonus, taps) = target.prefill_tapped(&mut cache, prompt, &model.config.target_layer_ids)?;
     let mut context = model.new_context()?;
     model.extend_context(&mut context, &taps)?;
-    let forward = || target.backend().argmax(&model.block_logits(target, &context, bonus)?);
-    forward()?;
+    let forward = || target.backend().argmax(&model.block_logits(target, &context, bonus)?).map(drop);
+    Ok(host_timed(reps, forward)?.median_us)
+}
+
+/// `reps` runs of `run` on the host's clock, after one untimed (warm-up) run.
+fn host_timed(reps: usize, mut run: impl FnMut() -> Result<()>) -> Result<Timing> {
+    run()?;
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
         let start = Instant::now();
-        forward()?;
+        run()?;
         samples.push(start.elapsed().as_secs_f64() * 1e6);
     }
-    Ok(Timing::from_samples(samples).median_us)
+    Ok(Timing::from_samples(samples))
 }
 
 /// The round beside the target's verify forward of T tokens at the same context.
