@@ -415,3 +415,28 @@ impl Backend for CpuBackend {
         Ok(CpuTensor { data: data.to_vec(), cols })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_stores_and_gqa_refuse_mismatched_widths_and_change_nothing() {
+        let b = CpuBackend;
+        let mut rows = b.new_rows(4).unwrap();
+        b.append_rows(&mut rows, &b.upload(&[1.0; 8], 4).unwrap()).unwrap();
+        let e = b.append_rows(&mut rows, &b.upload(&[1.0; 6], 3).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("append_rows: rows of 3 onto rows of 4"), "{e}");
+        assert_eq!((rows.len(), rows.data.len()), (2, 8));
+
+        // 2 query heads over 1 key/value head of 4: q rows of 8, keys and values rows of 4.
+        let shape = GqaShape { heads: 2, kv_heads: 1, head_dim: 4 };
+        let (q, kv) = (b.upload(&[0.5; 8], 8).unwrap(), b.upload(&[0.25; 4], 4).unwrap());
+        assert_eq!(b.gqa_attention(&q, [&rows, &rows], [&kv, &kv], shape).unwrap().data.len(), 8);
+        let wide = b.upload(&[0.25; 8], 8).unwrap();
+        let e = b.gqa_attention(&q, [&rows, &rows], [&wide, &kv], shape).unwrap_err();
+        assert!(e.to_string().contains("gqa_attention: "), "{e}");
+        let uneven = GqaShape { heads: 3, kv_heads: 2, head_dim: 4 };
+        assert!(b.gqa_attention(&q, [&rows, &rows], [&kv, &kv], uneven).is_err());
+    }
+}
