@@ -1,4 +1,4 @@
-// Row copies of the forward: columns out of a wider buffer, rows gathered to the experts that use them
+// Row copies of the forward: column ranges between buffers of different widths, rows gathered to the experts that use them
 // and scattered back. One block per row, threads over its columns, 16-byte accesses when the row's
 // start and length allow them. Device-side row indices cannot be checked on the host: an index past
 // the source gives a row of NaN (a gather), past the destination nothing (a scatter), never a read or
@@ -11,13 +11,15 @@ __device__ __forceinline__ bool aligned16(const void* a, const void* b) {
     return ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b)) & 15) == 0;
 }
 
-// out[r, c] = x[r, col_offset + c] for c < cols; x has rows of `stride`.
+// out[r, out_offset + c] = x[r, x_offset + c] for c < cols: a column range of one buffer's rows into a
+// column range of another's (x has rows of `x_stride`, out rows of `out_stride`).
 extern "C" __global__ void copy_cols(const float* __restrict__ x, float* __restrict__ out, unsigned int rows,
-                                     unsigned int stride, unsigned int col_offset, unsigned int cols) {
+                                     unsigned int x_stride, unsigned int x_offset, unsigned int out_stride,
+                                     unsigned int out_offset, unsigned int cols) {
     const unsigned int r = blockIdx.x;
     if (r >= rows) return;
-    const float* src = x + (size_t)r * stride + col_offset;
-    float* dst = out + (size_t)r * cols;
+    const float* src = x + (size_t)r * x_stride + x_offset;
+    float* dst = out + (size_t)r * out_stride + out_offset;
     if (cols % 4 == 0 && aligned16(src, dst)) {
         for (unsigned int c = threadIdx.x; c < cols / 4; c += blockDim.x)
             reinterpret_cast<float4*>(dst)[c] = reinterpret_cast<const float4*>(src)[c];

@@ -100,14 +100,16 @@ pub unsafe fn f16_to_f32(x: &CudaSlice<u16>, out: &mut CudaSlice<f32>, n: u32);
 #[kernel(file = "cuda/add_assign.cu", grid = n.div_ceil(1024), block = 256)]
 pub unsafe fn add_assign(x: &mut CudaSlice<f32>, y: &CudaSlice<f32>, n: u32);
 
-/// `out[r, c] = x[r * stride + col_offset + c]` for `r < rows`, `c < cols`.
+/// `out[r * out_stride + out_offset + c] = x[r * x_stride + x_offset + c]` for `r < rows`, `c < cols`.
 #[kernel(file = "cuda/rows.cu", grid = rows, block = 128)]
 pub unsafe fn copy_cols(
     x: &CudaSlice<f32>,
     out: &mut CudaSlice<f32>,
     rows: u32,
-    stride: u32,
-    col_offset: u32,
+    x_stride: u32,
+    x_offset: u32,
+    out_stride: u32,
+    out_offset: u32,
     cols: u32,
 );
 

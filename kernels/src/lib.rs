@@ -18,7 +18,7 @@
 //! | [`f32_to_bf16`], [`f32_to_f16`], [`bf16_to_f32`], [`f16_to_f32`] | `cuda/cast.cu` | 4 elements per thread, vector loads |
 //! | [`add_assign`] | `cuda/add_assign.cu` | 4 elements per thread, float4 |
 //! | [`silu_mul_halves_f32`], [`silu_mul_halves_bf16`] | `cuda/silu_mul.cu` | 4 columns per thread |
-//! | [`copy_cols`], [`gather_rows_u16`], [`gather_rows_f32`], [`scatter_rows_bf16_to_f32`] | `cuda/rows.cu` | a block per row, 16-byte accesses |
+//! | [`copy_cols`], [`place_cols`], [`gather_rows_u16`], [`gather_rows_f32`], [`scatter_rows_bf16_to_f32`] | `cuda/rows.cu` | a block per row, 16-byte accesses |
 //! | [`embedding_bf16`] | `cuda/embedding.cu` | a block per id |
 //! | [`rope_strided`] | `cuda/rope_strided.cu` | a thread per rotated pair |
 //! | [`route_noaux_tc`] | `cuda/route.cu` | a warp per token |
@@ -55,6 +55,8 @@ pub use ops::finite::count_nonfinite;
 pub use ops::moe::{Routing, moe_combine, moe_combine_sorted_bf16, route_noaux_tc};
 pub use ops::moe_align::{Alignment, moe_align};
 pub use ops::rope::{RopeColumns, RopeLayout, rope_strided};
-pub use ops::rows::{copy_cols, embedding_bf16, gather_rows_f32, gather_rows_u16, scatter_rows_bf16_to_f32};
+pub use ops::rows::{
+    copy_cols, embedding_bf16, gather_rows_f32, gather_rows_u16, place_cols, scatter_rows_bf16_to_f32,
+};
 pub use ops::top_k::top_k_log_softmax;
 pub use ops::{argmax, embedding, rmsnorm, rope_interleaved, silu_mul, softmax};

@@ -295,7 +295,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         draft_round = Some((timing, beside, estimates));
         let methods = spec_sweep::drafter_methods(args.spec_budget, depth, Some(&cost));
         eprintln!("speculative methods: {} with the dflash drafter, {} tokens each", methods.len(), args.spec_tokens);
-        let make = || Ok(Box::new(DflashDrafter::new(drafter, &model)?) as Box<dyn Drafter + '_>);
+        let make = || Ok(Box::new(DflashDrafter::new(drafter, &model)?) as Box<dyn Drafter<_> + '_>);
         spec_rows = spec_sweep::compare_drafter(&model, &prompt, args.spec_tokens, &methods, "dflash", make, progress)?;
     } else if args.spec {
         let methods = spec_sweep::methods(args.spec_budget, args.draft_len, Some(&cost));

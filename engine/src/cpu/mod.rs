@@ -13,7 +13,7 @@ use kdtree_jit::mla::reference as mla;
 use crate::ops::cpu::{self, route};
 use crate::registry::{
     Backend, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, LogitTransform, RopeLayout, RopeSpan, Routing,
-    RowStore, check_gqa,
+    RowStore, Shaped, check_gqa,
 };
 
 /// The reference backend.
@@ -30,6 +30,16 @@ pub struct CpuTensor {
 impl CpuTensor {
     pub fn rows(&self) -> usize {
         self.data.len().checked_div(self.cols).unwrap_or(0)
+    }
+}
+
+impl Shaped for CpuTensor {
+    fn rows(&self) -> usize {
+        CpuTensor::rows(self)
+    }
+
+    fn cols(&self) -> usize {
+        self.cols
     }
 }
 
@@ -296,6 +306,32 @@ impl Backend for CpuBackend {
         Ok(CpuTensor { data, cols: len })
     }
 
+    fn zeros(&self, rows: usize, cols: usize) -> Result<CpuTensor> {
+        let len = rows.checked_mul(cols).ok_or_else(|| shape_error("zeros", format!("{rows} rows of {cols}")))?;
+        Ok(CpuTensor { data: vec![0.0; len], cols })
+    }
+
+    fn place_columns(&self, dst: &mut CpuTensor, start: usize, x: &CpuTensor) -> Result<()> {
+        if x.cols == 0 || start + x.cols > dst.cols || x.rows() != dst.rows() {
+            return Err(shape_error(
+                "place_columns",
+                format!("[{}, {}] at column {start} of [{}, {}]", x.rows(), x.cols, dst.rows(), dst.cols),
+            ));
+        }
+        for (row, from) in dst.data.chunks_exact_mut(dst.cols).zip(x.data.chunks_exact(x.cols)) {
+            row[start..start + x.cols].copy_from_slice(from);
+        }
+        Ok(())
+    }
+
+    fn select_rows(&self, x: &CpuTensor, rows: &[usize]) -> Result<CpuTensor> {
+        if let Some(&row) = rows.iter().find(|&&r| r >= x.rows()) {
+            return Err(shape_error("select_rows", format!("row {row} of {}", x.rows())));
+        }
+        let data = rows.iter().flat_map(|&r| x.data[r * x.cols..][..x.cols].iter().copied()).collect();
+        Ok(CpuTensor { data, cols: x.cols })
+    }
+
     fn rope(&self, x: &mut CpuTensor, span: RopeSpan, cos: &Vec<f32>, sin: &Vec<f32>, batch: &CpuBatch) -> Result<()> {
         let RopeSpan { stride, offset, dim, layout } = span;
         if stride == 0 || !x.cols.is_multiple_of(stride) || offset + dim > stride || x.rows() != batch.positions.len() {
@@ -419,6 +455,25 @@ impl Backend for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn taps_are_placed_by_column_and_selected_by_row() {
+        let b = CpuBackend;
+        let mut taps = b.zeros(3, 5).unwrap();
+        b.place_columns(&mut taps, 1, &b.upload(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 2).unwrap()).unwrap();
+        b.place_columns(&mut taps, 3, &b.upload(&[7.0, 8.0, 9.0, 10.0, 11.0, 12.0], 2).unwrap()).unwrap();
+        let want = [0.0, 1.0, 2.0, 7.0, 8.0, 0.0, 3.0, 4.0, 9.0, 10.0, 0.0, 5.0, 6.0, 11.0, 12.0];
+        assert_eq!(taps.data, want);
+        assert_eq!(b.select_rows(&taps, &[2, 0]).unwrap().data, [&want[10..], &want[..5]].concat());
+        // Past the row, a different row count, a row that is not there: errors, nothing written.
+        for (start, x) in [(4, b.upload(&[1.0; 6], 2).unwrap()), (0, b.upload(&[1.0; 4], 2).unwrap())] {
+            assert!(b.place_columns(&mut taps, start, &x).unwrap_err().to_string().contains("place_columns"));
+        }
+        assert!(b.place_columns(&mut taps, 0, &b.zeros(0, 0).unwrap()).is_err());
+        assert_eq!(taps.data, want);
+        assert!(b.select_rows(&taps, &[0, 3]).unwrap_err().to_string().contains("row 3 of 3"));
+        assert!(b.zeros(usize::MAX, 2).is_err());
+    }
 
     #[test]
     fn row_stores_and_gqa_refuse_mismatched_widths_and_change_nothing() {

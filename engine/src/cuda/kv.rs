@@ -16,7 +16,7 @@ use cudarc::driver::{CudaGraph, CudaSlice, CudaStream, DevicePtr};
 use kdtree_jit::kernel::Kernels;
 
 use super::mla::{LatentKernels, PAGE_TOKENS};
-use super::tensor::CudaBatch;
+use super::tensor::{CudaBatch, CudaTensor};
 use crate::error::{EngineError, Result};
 use crate::registry::{Heads, KvStore, check_compact};
 
@@ -162,12 +162,16 @@ impl CudaKv {
     }
 }
 
-/// The graphs recorded from one cache, by batch size ([`super::graph`] records and replays them).
+/// The graphs recorded from one cache, by batch size and tapped layers ([`super::graph`] records and
+/// replays them).
 #[derive(Default)]
 pub struct Graphs {
-    pub(super) seen: HashSet<usize>,
-    pub(super) recorded: HashMap<usize, Recorded>,
+    pub(super) seen: HashSet<GraphKey>,
+    pub(super) recorded: HashMap<GraphKey, Recorded>,
 }
+
+/// What a recorded forward is for: its batch size and the layers whose hidden states it hands out.
+pub(super) type GraphKey = (usize, Vec<usize>);
 
 impl Graphs {
     /// How many sizes are recorded.
@@ -182,6 +186,8 @@ pub(super) struct Recorded {
     pub(super) batch: CudaBatch,
     pub(super) ids: CudaSlice<u32>,
     pub(super) count: CudaSlice<u32>,
+    /// The tapped layers' hidden states, `[n, taps' cols]`, when the forward hands them out.
+    pub(super) taps: Option<CudaTensor>,
 }
 
 impl KvStore for CudaKv {

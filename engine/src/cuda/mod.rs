@@ -63,8 +63,8 @@ pub use tensor::{CudaBatch, CudaTensor, MAX_GRAPH_TOKENS};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::registry::{
-    Backend, ComputeDtype, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, LogitTransform, RopeSpan,
-    RowStore, check_gqa, eager_forward_argmax,
+    Argmax, Backend, ComputeDtype, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, LogitTransform,
+    RopeSpan, RowStore, Taps, check_gqa, eager_forward_argmax,
 };
 
 /// What the CUDA backend is opened with.
@@ -520,6 +520,36 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn zeros(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
+        let len = rows.checked_mul(cols).ok_or_else(|| shape_error("zeros", format!("{rows} rows of {cols}")))?;
+        Ok(CudaTensor { data: self.stream().alloc_zeros(len.max(1))?, rows, cols })
+    }
+
+    fn place_columns(&self, dst: &mut CudaTensor, start: usize, x: &CudaTensor) -> Result<()> {
+        if x.rows != dst.rows {
+            return Err(shape_error("place_columns", format!("{} rows into {}", x.rows, dst.rows)));
+        }
+        self.timed(rest, || {
+            Ok(kdtree_kernels::place_cols(&self.kernels, &x.data, x.cols, &mut dst.data, dst.cols, start)?)
+        })
+    }
+
+    fn select_rows(&self, x: &CudaTensor, rows: &[usize]) -> Result<CudaTensor> {
+        if let Some(&row) = rows.iter().find(|&&r| r >= x.rows) {
+            return Err(shape_error("select_rows", format!("row {row} of {}", x.rows)));
+        }
+        if rows.is_empty() {
+            return self.tensor(0, x.cols);
+        }
+        self.timed(rest, || {
+            let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+            let idx = self.stream().clone_htod(&idx)?;
+            let mut out = self.tensor(rows.len(), x.cols)?;
+            kdtree_kernels::gather_rows_f32(&self.kernels, &x.data, x.cols, &idx, 0, rows.len(), &mut out.data)?;
+            Ok(out)
+        })
+    }
+
     fn rope(
         &self,
         x: &mut CudaTensor,
@@ -672,15 +702,16 @@ impl Backend for CudaBackend {
         tokens: &[u32],
         positions: &[usize],
         mask: &TreeMask,
+        taps: Option<Taps<'_>>,
         forward: F,
-    ) -> Result<(Vec<u32>, usize)>
+    ) -> Result<Argmax<CudaTensor>>
     where
-        F: FnOnce(&mut CudaKv, &CudaBatch) -> Result<CudaTensor>,
+        F: FnOnce(&mut CudaKv, &CudaBatch, Option<&mut CudaTensor>) -> Result<CudaTensor>,
     {
         if self.graphs_now() {
-            graph::forward_argmax(self, cache, tokens, positions, mask, forward)
+            graph::forward_argmax(self, cache, tokens, positions, mask, taps, forward)
         } else {
-            eager_forward_argmax(self, cache, tokens, positions, mask, forward)
+            eager_forward_argmax(self, cache, tokens, positions, mask, taps, forward)
         }
     }
 }

@@ -6,6 +6,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
+use crate::registry::Shaped;
 use kdtree_jit::mla::NewMask;
 
 /// f32 rows on the GPU; `data` holds exactly `rows * cols` values.
@@ -13,6 +14,16 @@ pub struct CudaTensor {
     pub data: CudaSlice<f32>,
     pub rows: usize,
     pub cols: usize,
+}
+
+impl Shaped for CudaTensor {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn cols(&self) -> usize {
+        self.cols
+    }
 }
 
 impl CudaTensor {

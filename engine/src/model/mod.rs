@@ -56,7 +56,7 @@ use crate::cpu::CpuBackend;
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::ops::cpu::count_nonfinite;
-use crate::registry::{Backend, ComputeDtype, Dtypes, Heads, HostLinear, KvDtype, KvStore, Rope};
+use crate::registry::{Argmax, Backend, ComputeDtype, Dtypes, Heads, HostLinear, KvDtype, KvStore, Rope, Taps};
 
 enum FeedForward<B: Backend> {
     Dense(Mlp<B>),
@@ -292,24 +292,33 @@ impl<B: Backend> Model<B> {
     /// the chunk size changes no bits; and no forward holds more than a chunk's activations, so a
     /// prompt of any length that fits the context and the cache runs.
     pub fn prefill(&self, cache: &mut B::Cache, prompt: &[u32]) -> Result<u32> {
-        Ok(self.prefill_tapped(cache, prompt, &[])?.0)
+        self.prefill_tapped(cache, prompt, &[], |_| Ok(()))
     }
 
-    /// [`Self::prefill`], and the prompt's hidden states after each of `layers`
-    /// ([`Self::forward_argmax_tapped`]).
-    pub fn prefill_tapped(&self, cache: &mut B::Cache, prompt: &[u32], layers: &[usize]) -> Result<(u32, Vec<f32>)> {
+    /// [`Self::prefill`], handing each chunk's hidden states after each of `layers`
+    /// ([`Self::forward_argmax_tapped`]) to `commit` as the chunk is done, so that no more than a
+    /// chunk's are ever held. With no layers, `commit` is not called.
+    pub fn prefill_tapped(
+        &self,
+        cache: &mut B::Cache,
+        prompt: &[u32],
+        layers: &[usize],
+        mut commit: impl FnMut(&B::Tensor) -> Result<()>,
+    ) -> Result<u32> {
         if prompt.is_empty() {
             return Err(EngineError::InvalidArgument("prefill: the prompt is empty".into()));
         }
-        let (mut next, mut taps) = (0, Vec::new());
+        let mut next = 0;
         for chunk in prompt.chunks(self.prefill_chunk) {
             let start = cache.len();
             let positions: Vec<usize> = (start..start + chunk.len()).collect();
-            let (ids, chunk_taps) = self.forward_argmax_tapped(cache, chunk, &positions, None, layers)?;
+            let (ids, taps) = self.forward_argmax_tapped(cache, chunk, &positions, None, layers)?;
             next = ids[chunk.len() - 1];
-            taps.extend(chunk_taps);
+            if let Some(taps) = taps {
+                commit(&taps)?;
+            }
         }
-        Ok((next, taps))
+        Ok(next)
     }
 
     pub fn new_cache(&self) -> B::Cache {
@@ -346,18 +355,49 @@ impl<B: Backend> Model<B> {
         positions: &[usize],
         mask: Option<&TreeMask>,
     ) -> Result<Vec<u32>> {
+        Ok(self.forward_argmax_tapped(cache, tokens, positions, mask, &[])?.0)
+    }
+
+    /// [`Self::forward_argmax`], and with `layers` the hidden states of every row after each of them,
+    /// `[rows, layers.len() * hidden]` on the backend, a row's layers in the order given: what a DFlash
+    /// drafter conditions on. As in transformers' `hidden_states`, the last layer's is after the final
+    /// norm. They are written inside the forward, so a backend that records forwards (CUDA graphs)
+    /// records this one too.
+    pub fn forward_argmax_tapped(
+        &self,
+        cache: &mut B::Cache,
+        tokens: &[u32],
+        positions: &[usize],
+        mask: Option<&TreeMask>,
+        layers: &[usize],
+    ) -> Result<(Vec<u32>, Option<B::Tensor>)> {
+        if let Some(&layer) = layers.iter().find(|&&l| l >= self.layers.len()) {
+            return Err(EngineError::InvalidArgument(format!(
+                "tap of layer {layer}: the model has {} layers",
+                self.layers.len()
+            )));
+        }
         let start = cache.len();
         let b = &*self.backend;
+        let hidden = self.config.hidden_size;
+        let taps = (!layers.is_empty()).then_some(Taps { layers, cols: layers.len() * hidden });
         let checked = self.checked(cache, tokens, positions, mask, |cache, mask| {
-            b.forward_argmax(cache, tokens, positions, mask, |cache, batch| {
-                self.run(cache, batch, &Probe::off(b), &mut no_taps)
+            b.forward_argmax(cache, tokens, positions, mask, taps, |cache, batch, mut out| {
+                let mut tap = |layer: usize, x: &B::Tensor| -> Result<()> {
+                    let Some(out) = out.as_deref_mut() else { return Ok(()) };
+                    for (slot, _) in layers.iter().enumerate().filter(|(_, l)| **l == layer) {
+                        b.place_columns(out, slot * hidden, x)?;
+                    }
+                    Ok(())
+                };
+                self.run(cache, batch, &Probe::off(b), &mut tap)
             })
         })?;
         match checked {
-            (ids, 0) => Ok(ids),
-            (_, bad) => {
+            Argmax { ids, nonfinite: 0, taps } => Ok((ids, taps)),
+            Argmax { nonfinite, .. } => {
                 let total = tokens.len() * self.config.vocab_size;
-                Err(self.first_nonfinite(cache, start, tokens, positions, mask, bad, total))
+                Err(self.first_nonfinite(cache, start, tokens, positions, mask, nonfinite, total))
             }
         }
     }
@@ -472,49 +512,6 @@ impl<B: Backend> Model<B> {
         self.backend.linear(x, self.lm_head.as_ref().unwrap_or(&self.embed))
     }
 
-    /// [`Self::forward_argmax`], and the hidden states of every row after each of `layers`, `[rows,
-    /// layers.len() * hidden]` on the host, a row's layers in the order given: what a DFlash drafter
-    /// conditions on. As in transformers' `hidden_states`, the last layer's is after the final norm.
-    /// With taps, the forward runs op by op (no recorded graph), since they leave it midway.
-    pub fn forward_argmax_tapped(
-        &self,
-        cache: &mut B::Cache,
-        tokens: &[u32],
-        positions: &[usize],
-        mask: Option<&TreeMask>,
-        layers: &[usize],
-    ) -> Result<(Vec<u32>, Vec<f32>)> {
-        if layers.is_empty() {
-            return Ok((self.forward_argmax(cache, tokens, positions, mask)?, Vec::new()));
-        }
-        if let Some(&layer) = layers.iter().find(|&&l| l >= self.layers.len()) {
-            return Err(EngineError::InvalidArgument(format!(
-                "tap of layer {layer}: the model has {} layers",
-                self.layers.len()
-            )));
-        }
-        let start = cache.len();
-        let b = &*self.backend;
-        let mut taps: Vec<Vec<f32>> = vec![Vec::new(); layers.len()];
-        let mut tap = |layer: usize, x: &B::Tensor| -> Result<()> {
-            for (slot, _) in taps.iter_mut().zip(layers).filter(|(_, l)| **l == layer) {
-                *slot = b.to_host(x)?;
-            }
-            Ok(())
-        };
-        let checked = self.checked(cache, tokens, positions, mask, |cache, mask| {
-            let batch = b.batch(tokens, positions, mask, cache.len())?;
-            b.argmax_checked(&self.run(cache, &batch, &Probe::off(b), &mut tap)?)
-        })?;
-        match checked {
-            (ids, 0) => Ok((ids, interleave_rows(&taps, self.config.hidden_size))),
-            (_, bad) => {
-                let total = tokens.len() * self.config.vocab_size;
-                Err(self.first_nonfinite(cache, start, tokens, positions, mask, bad, total))
-            }
-        }
-    }
-
     /// The layers of one forward of `batch`, to its logits; `tap` sees each layer's output (the last
     /// layer's after the final norm).
     fn run(
@@ -564,10 +561,4 @@ fn missing_dtype(tensor: &str) -> EngineError {
 /// The tap of a forward that hands out no hidden states.
 fn no_taps<T>(_: usize, _: &T) -> Result<()> {
     Ok(())
-}
-
-/// Rows of `parts` (each `[rows, width]`) side by side: `[rows, parts.len() * width]`.
-fn interleave_rows(parts: &[Vec<f32>], width: usize) -> Vec<f32> {
-    let rows = parts.first().map_or(0, |p| p.len() / width.max(1));
-    (0..rows).flat_map(|r| parts.iter().flat_map(move |p| &p[r * width..(r + 1) * width])).copied().collect()
 }

@@ -221,10 +221,16 @@ pub(crate) fn check_gqa(
     )))
 }
 
+/// A tensor's `[rows, cols]`.
+pub trait Shaped {
+    fn rows(&self) -> usize;
+    fn cols(&self) -> usize;
+}
+
 /// A device that runs the model's ops on tensors of its own.
 pub trait Backend: Send + Sync + Sized {
     /// f32 activations, `[rows, cols]` row-major.
-    type Tensor;
+    type Tensor: Shaped;
     /// f32 parameters: norm weights, rotary tables.
     type Vector: Send + Sync;
     /// A linear layer's weight (also the embedding table).
@@ -284,6 +290,12 @@ pub trait Backend: Send + Sync + Sized {
     fn reshape(&self, x: Self::Tensor, cols: usize) -> Result<Self::Tensor>;
     /// Columns `start..start + len` of every row.
     fn columns(&self, x: &Self::Tensor, start: usize, len: usize) -> Result<Self::Tensor>;
+    /// `rows` rows of `cols` zeros.
+    fn zeros(&self, rows: usize, cols: usize) -> Result<Self::Tensor>;
+    /// Writes `x`'s rows into columns `start..start + x's width` of `dst`'s, which has as many rows.
+    fn place_columns(&self, dst: &mut Self::Tensor, start: usize, x: &Self::Tensor) -> Result<()>;
+    /// The rows of `x` at `rows`, in that order.
+    fn select_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor>;
     /// Rotates `span` of every head of every row of `x` in place, row `r` at the batch's position `r`.
     fn rope(
         &self,
@@ -349,24 +361,43 @@ pub trait Backend: Send + Sync + Sized {
     fn upload(&self, data: &[f32], cols: usize) -> Result<Self::Tensor>;
 
     /// One forward from `cache` that ends in [`Self::argmax_checked`] of its logits: `forward` is the
-    /// model's, run on the batch of `tokens`. A backend may record the work `forward` enqueues once
-    /// per batch size and replay it for later forwards of that size with their inputs (CUDA graphs),
-    /// without calling `forward`; so `forward` must enqueue the same work for every batch of one
-    /// size, and change no host state but what the replay also leaves (the cache's appended entries,
-    /// committed by the caller). The caller has checked the inputs.
+    /// model's, run on the batch of `tokens`. With `taps`, `forward` also writes the hidden states
+    /// after the tapped layers into the `[tokens, taps.cols]` tensor it is handed (see
+    /// [`crate::Model::forward_argmax_tapped`]), which is returned. A backend may record the work
+    /// `forward` enqueues once per batch size and taps and replay it for later forwards of that size
+    /// with their inputs (CUDA graphs), without calling `forward`; so `forward` must enqueue the same
+    /// work for every batch of one size, and change no host state but what the replay also leaves
+    /// (the cache's appended entries, committed by the caller). The caller has checked the inputs.
     fn forward_argmax<F>(
         &self,
         cache: &mut Self::Cache,
         tokens: &[u32],
         positions: &[usize],
         mask: &TreeMask,
+        taps: Option<Taps<'_>>,
         forward: F,
-    ) -> Result<(Vec<u32>, usize)>
+    ) -> Result<Argmax<Self::Tensor>>
     where
-        F: FnOnce(&mut Self::Cache, &Self::Batch) -> Result<Self::Tensor>,
+        F: FnOnce(&mut Self::Cache, &Self::Batch, Option<&mut Self::Tensor>) -> Result<Self::Tensor>,
     {
-        eager_forward_argmax(self, cache, tokens, positions, mask, forward)
+        eager_forward_argmax(self, cache, tokens, positions, mask, taps, forward)
     }
+}
+
+/// The hidden states a forward hands out beside its argmax: those after `layers` (in that order),
+/// `cols` values a token in all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Taps<'a> {
+    pub layers: &'a [usize],
+    pub cols: usize,
+}
+
+/// What [`Backend::forward_argmax`] returns: each row's argmax, how many logits were not finite, and
+/// the taps asked for.
+pub struct Argmax<T> {
+    pub ids: Vec<u32>,
+    pub nonfinite: usize,
+    pub taps: Option<T>,
 }
 
 /// [`Backend::forward_argmax`] run op by op: the batch uploaded, the forward run, its argmax read.
@@ -376,12 +407,15 @@ pub fn eager_forward_argmax<B: Backend, F>(
     tokens: &[u32],
     positions: &[usize],
     mask: &TreeMask,
+    taps: Option<Taps<'_>>,
     forward: F,
-) -> Result<(Vec<u32>, usize)>
+) -> Result<Argmax<B::Tensor>>
 where
-    F: FnOnce(&mut B::Cache, &B::Batch) -> Result<B::Tensor>,
+    F: FnOnce(&mut B::Cache, &B::Batch, Option<&mut B::Tensor>) -> Result<B::Tensor>,
 {
     let batch = b.batch(tokens, positions, mask, cache.len())?;
-    let logits = forward(cache, &batch)?;
-    b.argmax_checked(&logits)
+    let mut taps = taps.map(|t| b.zeros(tokens.len(), t.cols)).transpose()?;
+    let logits = forward(cache, &batch, taps.as_mut())?;
+    let (ids, nonfinite) = b.argmax_checked(&logits)?;
+    Ok(Argmax { ids, nonfinite, taps })
 }

@@ -255,6 +255,18 @@ impl Backend for ShardedCpu {
         CpuBackend.columns(x, start, len)
     }
 
+    fn zeros(&self, rows: usize, cols: usize) -> Result<CpuTensor> {
+        CpuBackend.zeros(rows, cols)
+    }
+
+    fn place_columns(&self, dst: &mut CpuTensor, start: usize, x: &CpuTensor) -> Result<()> {
+        CpuBackend.place_columns(dst, start, x)
+    }
+
+    fn select_rows(&self, x: &CpuTensor, rows: &[usize]) -> Result<CpuTensor> {
+        CpuBackend.select_rows(x, rows)
+    }
+
     fn rope(&self, x: &mut CpuTensor, span: RopeSpan, cos: &Vec<f32>, sin: &Vec<f32>, batch: &CpuBatch) -> Result<()> {
         CpuBackend.rope(x, span, cos, sin, batch)
     }

@@ -194,7 +194,7 @@ impl SpecArgs {
         &self,
         target: &'a Model<B>,
         draft: Option<&'a DraftWeights<B>>,
-    ) -> Result<Box<dyn Drafter + 'a>> {
+    ) -> Result<Box<dyn Drafter<B> + 'a>> {
         let vocab = target.config.vocab_size;
         let draft_model = match draft {
             Some(DraftWeights::Model(model)) => model,

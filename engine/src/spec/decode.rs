@@ -65,9 +65,9 @@ impl Method {
     }
 
     /// The round's tree from a drafter asked for `draft_len` positions.
-    fn tree(
+    fn tree<B: Backend>(
         &self,
-        drafter: &mut dyn Drafter,
+        drafter: &mut dyn Drafter<B>,
         text: &[u32],
         bonus: u32,
         draft_len: usize,
@@ -167,7 +167,7 @@ fn mean(xs: &[usize]) -> f64 {
 /// and a new bonus token, which is the target's own greedy choice after it.
 pub fn ddtree_generate<B: Backend>(
     target: &Model<B>,
-    drafter: &mut dyn Drafter,
+    drafter: &mut dyn Drafter<B>,
     prompt: &[u32],
     max_new: usize,
     limits: TreeLimits,
@@ -180,7 +180,7 @@ pub fn ddtree_generate<B: Backend>(
 /// [`crate::greedy_generate`], token for token.
 pub fn speculative_generate<B: Backend>(
     target: &Model<B>,
-    drafter: &mut dyn Drafter,
+    drafter: &mut dyn Drafter<B>,
     prompt: &[u32],
     max_new: usize,
     method: &Method,
@@ -194,7 +194,7 @@ pub fn speculative_generate<B: Backend>(
 /// which it returns true, and fails with its error.
 pub fn speculative_generate_streamed<B: Backend>(
     target: &Model<B>,
-    drafter: &mut dyn Drafter,
+    drafter: &mut dyn Drafter<B>,
     prompt: &[u32],
     max_new: usize,
     method: &Method,
@@ -214,8 +214,7 @@ pub fn speculative_generate_streamed<B: Backend>(
     let mut cache = target.new_cache();
     // A drafter conditioned on the target gets the features of every token as it is committed.
     let layers = drafter.target_layers().to_vec();
-    let (mut bonus, taps) = target.prefill_tapped(&mut cache, prompt, &layers)?;
-    drafter.commit(&taps)?;
+    let mut bonus = target.prefill_tapped(&mut cache, prompt, &layers, |taps| drafter.commit(taps))?;
     stats.target_forwards += prompt.len().div_ceil(target.prefill_chunk());
     stats.prefill_time = started.elapsed();
     let mut text = prompt.to_vec();
@@ -226,7 +225,9 @@ pub fn speculative_generate_streamed<B: Backend>(
         let tree = method.tree(drafter, &text, bonus, draft_len, vocab)?;
         stats.draft_time += drafting.elapsed();
         let (verified, taps) = verify_tapped(target, &mut cache, bonus, &tree, &layers)?;
-        drafter.commit(&taps)?;
+        if let Some(taps) = taps {
+            drafter.commit(&taps)?;
+        }
         stats.verify_forward_time += verified.forward_time;
         stats.target_forwards += 1;
         stats.accepted.push(verified.accepted.len());

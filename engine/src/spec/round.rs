@@ -41,7 +41,7 @@ pub struct RoundTiming {
 /// the prefill's greedy token, each cut to its best `top_k`. Every round drafts from the same state.
 pub fn time_rounds<B: Backend>(
     target: &Model<B>,
-    drafter: &mut dyn Drafter,
+    drafter: &mut dyn Drafter<B>,
     name: &str,
     prompt: &[u32],
     (len, top_k): (usize, usize),
@@ -51,8 +51,8 @@ pub fn time_rounds<B: Backend>(
         return Err(EngineError::InvalidArgument("timing a drafter's round needs a prompt and a rep".into()));
     }
     let mut cache = target.new_cache();
-    let (bonus, taps) = target.prefill_tapped(&mut cache, prompt, drafter.target_layers())?;
-    drafter.commit(&taps)?;
+    let layers = drafter.target_layers().to_vec();
+    let bonus = target.prefill_tapped(&mut cache, prompt, &layers, |taps| drafter.commit(taps))?;
     let mut depths = 0;
     let t = host_timed(reps, || {
         depths = drafter.draft(prompt, bonus, len, top_k)?.len();
@@ -80,9 +80,9 @@ pub fn time_forward<B: Backend>(target: &Model<B>, model: &DflashModel<B>, promp
         return Err(EngineError::InvalidArgument("timing a drafter's forward needs a prompt and a rep".into()));
     }
     let mut cache = target.new_cache();
-    let (bonus, taps) = target.prefill_tapped(&mut cache, prompt, &model.config.target_layer_ids)?;
     let mut context = model.new_context()?;
-    model.extend_context(&mut context, &taps)?;
+    let layers = &model.config.target_layer_ids;
+    let bonus = target.prefill_tapped(&mut cache, prompt, layers, |taps| model.extend_context(&mut context, taps))?;
     let forward = || target.backend().argmax(&model.block_logits(target, &context, bonus)?).map(drop);
     Ok(host_timed(reps, forward)?.median_us)
 }

@@ -88,7 +88,7 @@ pub fn compare_drafter<'d, B: Backend>(
     tokens: usize,
     methods: &[Method],
     name: &str,
-    mut drafter: impl FnMut() -> Result<Box<dyn Drafter + 'd>>,
+    mut drafter: impl FnMut() -> Result<Box<dyn Drafter<B> + 'd>>,
     mut progress: impl FnMut(&SpecRow),
 ) -> Result<Vec<SpecRow>> {
     let greedy = greedy_generate_timed(target, prompt, tokens, &[])?;
@@ -130,7 +130,7 @@ fn greedy_row(greedy: &Generation) -> SpecRow {
 /// name the drafter in the row.
 fn method_row<B: Backend>(
     target: &Model<B>,
-    drafter: &mut dyn Drafter,
+    drafter: &mut dyn Drafter<B>,
     prompt: &[u32],
     greedy: &Generation,
     method: &Method,

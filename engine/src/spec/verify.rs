@@ -26,16 +26,16 @@ pub fn verify<B: Backend>(target: &Model<B>, cache: &mut B::Cache, root: u32, tr
     Ok(verify_tapped(target, cache, root, tree, &[])?.0)
 }
 
-/// [`verify`], and the accepted path's hidden states after each of `layers` (`[accepted, layers.len() *
-/// hidden]`, [`Model::forward_argmax_tapped`]): what a drafter conditioned on the target commits; the
-/// rejected rows' are dropped with their cache entries.
+/// [`verify`], and with `layers` the accepted path's hidden states after each of them (`[accepted,
+/// layers.len() * hidden]` on the backend, [`Model::forward_argmax_tapped`]): what a drafter
+/// conditioned on the target commits; the rejected rows' are dropped with their cache entries.
 pub fn verify_tapped<B: Backend>(
     target: &Model<B>,
     cache: &mut B::Cache,
     root: u32,
     tree: &DraftTree,
     layers: &[usize],
-) -> Result<(Verified, Vec<f32>)> {
+) -> Result<(Verified, Option<B::Tensor>)> {
     let start = cache.len();
     let tokens: Vec<u32> = std::iter::once(root).chain(tree.tokens.iter().copied()).collect();
     let positions: Vec<usize> = std::iter::once(start).chain(tree.depths.iter().map(|d| start + d)).collect();
@@ -46,8 +46,7 @@ pub fn verify_tapped<B: Backend>(
     let walk = greedy_walk(&tree.forward_parents(), &tokens, &greedy);
     cache.compact(start, &walk)?;
     let bonus = greedy[walk[walk.len() - 1]];
-    let width = taps.len() / tokens.len();
-    let accepted_taps = walk.iter().flat_map(|&row| &taps[row * width..(row + 1) * width]).copied().collect();
+    let accepted_taps = taps.map(|t| target.backend().select_rows(&t, &walk)).transpose()?;
     let verified = Verified { forward_time, accepted: walk.iter().map(|&row| tokens[row]).collect(), bonus };
     Ok((verified, accepted_taps))
 }

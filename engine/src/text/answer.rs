@@ -38,7 +38,7 @@ pub struct Stops {
 }
 
 /// Speculative decoding's part of a request: its drafter and method.
-pub type Speculation<'a, 'd> = (&'a mut (dyn Drafter + 'd), &'a Method);
+pub type Speculation<'a, 'd, B> = (&'a mut (dyn Drafter<B> + 'd), &'a Method);
 
 /// Up to `max_new` greedy tokens after `prompt`, sped up by `speculation` if given (the same
 /// tokens); `on_text` gets the answer's text piece by piece (whole characters, special tokens left
@@ -49,7 +49,7 @@ pub fn generate_text<B: Backend>(
     prompt: &[u32],
     max_new: usize,
     stops: &Stops,
-    speculation: Option<Speculation<'_, '_>>,
+    speculation: Option<Speculation<'_, '_, B>>,
     mut on_text: impl FnMut(&str) -> Result<bool>,
 ) -> Result<(Generation, Finish)> {
     let mut stream = tokenizer.stream();

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::ddtree_common::{Script, Scripted, assert_exact, greedy_text};
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, MoeKernels};
-use kdtree_engine::registry::KvStore;
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, CudaTensor, MoeKernels};
+use kdtree_engine::registry::{Backend, KvStore};
 use kdtree_engine::spec::TreeLimits;
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 use kdtree_engine::{Model, TreeMask, greedy_generate};
@@ -55,6 +55,38 @@ fn replayed_forwards_give_the_ids_of_forwards_run_op_by_op() {
         assert_eq!(a.recorded_graphs(), usize::from(step >= 1), "step {step}");
     }
     assert_eq!(b.recorded_graphs(), 0, "graphs off records nothing");
+}
+
+/// A forward that hands out hidden states to a drafter (DFlash's taps) is recorded too, keyed by its
+/// layers beside its size: replays give the taps and ids of the same forward run op by op, bit for bit.
+#[test]
+#[ignore = "needs a GPU"]
+fn replayed_tapped_forwards_give_the_taps_of_forwards_run_op_by_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let (graphed, eager) = pair(dir.path());
+    let vocab = graphed.config.vocab_size as u32;
+    let (mut a, mut b) = (graphed.new_cache(), eager.new_cache());
+    let prompt: Vec<u32> = (0..9).map(|i| (i * 31 + 7) % vocab).collect();
+    let positions: Vec<usize> = (0..prompt.len()).collect();
+    graphed.forward_argmax(&mut a, &prompt, &positions, None).unwrap();
+    eager.forward_argmax(&mut b, &prompt, &positions, None).unwrap();
+    let host = |m: &Model<CudaBackend>, t: Option<CudaTensor>| m.backend().to_host(&t.expect("taps")).unwrap();
+    let mask = TreeMask::from_parents(&[None, Some(0), Some(0), Some(1)]);
+    for (step, layers) in [[1, 0], [1, 0], [1, 0], [0, 1], [0, 1], [1, 0]].iter().enumerate() {
+        let past = a.len();
+        let tokens: Vec<u32> = (0..4).map(|i| (step as u32 * 57 + i * 11 + 3) % vocab).collect();
+        let positions = [past, past + 1, past + 1, past + 2];
+        let (got, got_taps) = graphed.forward_argmax_tapped(&mut a, &tokens, &positions, Some(&mask), layers).unwrap();
+        let (want, want_taps) = eager.forward_argmax_tapped(&mut b, &tokens, &positions, Some(&mask), layers).unwrap();
+        assert_eq!(got, want, "step {step}");
+        let (got_taps, want_taps) = (host(&graphed, got_taps), host(&eager, want_taps));
+        assert_eq!(got_taps.len(), 4 * 2 * graphed.config.hidden_size);
+        assert!(got_taps.iter().zip(&want_taps).all(|(x, y)| x.to_bits() == y.to_bits()), "step {step}: taps differ");
+        a.compact(past, &[0, 1, 3]).unwrap();
+        b.compact(past, &[0, 1, 3]).unwrap();
+    }
+    // [1, 0] recorded at its second run, [0, 1] at its second: two graphs of one size.
+    assert_eq!(a.recorded_graphs(), 2);
 }
 
 #[test]

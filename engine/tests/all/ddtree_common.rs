@@ -67,7 +67,7 @@ impl Scripted {
     }
 }
 
-impl Drafter for Scripted {
+impl<B: Backend> Drafter<B> for Scripted {
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft> {
         let m = context.len() + 1;
         assert_eq!(self.text.get(m - 1), Some(&bonus), "the bonus token is greedy decoding's");
@@ -80,7 +80,7 @@ impl Drafter for Scripted {
 /// Runs DDTree with `drafter` and checks it against plain greedy decoding, token for token.
 pub fn assert_exact<B: Backend>(
     model: &Model<B>,
-    drafter: &mut dyn Drafter,
+    drafter: &mut dyn Drafter<B>,
     prompt: &[u32],
     max_new: usize,
     limits: TreeLimits,

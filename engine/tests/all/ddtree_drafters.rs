@@ -4,6 +4,7 @@ use std::sync::LazyLock;
 
 use crate::ddtree_common::{assert_exact, tiny_model};
 use kdtree_engine::Model;
+use kdtree_engine::cpu::CpuBackend;
 use kdtree_engine::spec::{BlockDrafter, Drafter, ModelDrafter, TreeLimits};
 
 /// Targets (bf16, INT4 experts) and a draft model of another seed.
@@ -52,12 +53,15 @@ fn reused_draft_caches_give_the_drafts_of_fresh_ones() {
     let [target, _, draft] = &*MODELS;
     let vocab = target.config.vocab_size;
     let calls: [(&[u32], u32); 4] = [(&[1, 2, 3], 4), (&[1, 2, 3, 4, 9], 9), (&[1, 2, 7], 8), (&[1, 2, 7, 8], 8)];
-    let mut model = ModelDrafter::new(draft, vocab).unwrap();
-    let mut block = BlockDrafter::new(draft, vocab, Some(0)).unwrap();
+    // Drafters for a target on the CPU (a model drafter drafts alike for a target on any backend).
+    type Boxed<'a> = Box<dyn Drafter<CpuBackend> + 'a>;
+    let new_model = || -> Boxed<'_> { Box::new(ModelDrafter::new(draft, vocab).unwrap()) };
+    let new_block = || -> Boxed<'_> { Box::new(BlockDrafter::new(draft, vocab, Some(0)).unwrap()) };
+    let (mut model, mut block) = (new_model(), new_block());
     for (context, bonus) in calls {
-        let fresh = ModelDrafter::new(draft, vocab).unwrap().draft(context, bonus, 3, 5).unwrap();
+        let fresh = new_model().draft(context, bonus, 3, 5).unwrap();
         assert_eq!(model.draft(context, bonus, 3, 5).unwrap(), fresh);
-        let fresh = BlockDrafter::new(draft, vocab, Some(0)).unwrap().draft(context, bonus, 3, 5).unwrap();
+        let fresh = new_block().draft(context, bonus, 3, 5).unwrap();
         assert_eq!(block.draft(context, bonus, 3, 5).unwrap(), fresh);
         assert_eq!((fresh.len(), fresh.at(3).len()), (3, 5));
     }

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kdtree_engine::cpu::CpuBackend;
+use kdtree_engine::cpu::{CpuBackend, CpuTensor};
 use kdtree_engine::registry::{Backend, ComputeDtype};
 use kdtree_engine::spec::{
     DflashContext, DflashDrafter, DflashModel, Draft, Drafter, Method, TreeLimits, speculative_generate,
@@ -77,6 +77,11 @@ fn flat(rows: &[Vec<f32>]) -> Vec<f32> {
     rows.iter().flatten().copied().collect()
 }
 
+/// Rows of taps on `target`'s backend, as its forward hands them to the drafter.
+fn taps_on<B: Backend>(target: &Model<B>, rows: &[Vec<f32>]) -> B::Tensor {
+    target.backend().upload(&flat(rows), rows[0].len()).unwrap()
+}
+
 fn argmax(row: &[f32]) -> usize {
     (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best })
 }
@@ -96,7 +101,7 @@ fn matches_the_reference<B: Backend>(target: &Model<B>, bound: f64) {
         let scale = case.rounds.iter().flat_map(|r| r.logits.iter().flatten()).fold(0f64, |m, v| m.max(v.abs()));
         let mut rows = Vec::new();
         for round in &case.rounds {
-            drafter.extend_context(&mut ctx, &flat(&round.taps)).unwrap();
+            drafter.extend_context(&mut ctx, &taps_on(target, &round.taps)).unwrap();
             let ours = drafter.draft_logits(target, &ctx, round.bonus).unwrap();
             assert_eq!(ours.len(), round.logits.len() * vocab);
             rows.extend(ours.chunks(vocab).map(<[f32]>::to_vec).zip(&round.logits));
@@ -176,7 +181,7 @@ fn yarn_drafters_load_and_their_rope_reaches_the_logits() {
         });
         let drafter = DflashModel::load(dir.path(), &target).unwrap();
         let mut ctx = drafter.new_context().unwrap();
-        drafter.extend_context(&mut ctx, &flat(&round.taps)).unwrap();
+        drafter.extend_context(&mut ctx, &taps_on(&target, &round.taps)).unwrap();
         drafter.draft_logits(&target, &ctx, round.bonus).unwrap()
     };
     let plain = logits(None);
@@ -197,20 +202,21 @@ fn the_context_is_the_same_however_it_was_appended() {
 
     let mut stepwise = drafter.new_context().unwrap();
     for round in rounds {
-        drafter.extend_context(&mut stepwise, &flat(&round.taps)).unwrap();
+        drafter.extend_context(&mut stepwise, &taps_on(&target, &round.taps)).unwrap();
     }
     let mut at_once = drafter.new_context().unwrap();
-    drafter.extend_context(&mut at_once, &rounds.iter().flat_map(|r| flat(&r.taps)).collect::<Vec<_>>()).unwrap();
+    let all: Vec<Vec<f32>> = rounds.iter().flat_map(|r| r.taps.iter().cloned()).collect();
+    drafter.extend_context(&mut at_once, &taps_on(&target, &all)).unwrap();
     assert_eq!(at_once.len(), stepwise.len());
     assert_eq!(draft(&at_once), draft(&stepwise));
 
     // Rejected rows appended and dropped again leave no trace.
     let mut rolled_back = drafter.new_context().unwrap();
-    drafter.extend_context(&mut rolled_back, &flat(&rounds[0].taps)).unwrap();
-    drafter.extend_context(&mut rolled_back, &flat(&rounds[0].taps)).unwrap();
+    drafter.extend_context(&mut rolled_back, &taps_on(&target, &rounds[0].taps)).unwrap();
+    drafter.extend_context(&mut rolled_back, &taps_on(&target, &rounds[0].taps)).unwrap();
     rolled_back.truncate(rounds[0].taps.len());
     for round in &rounds[1..] {
-        drafter.extend_context(&mut rolled_back, &flat(&round.taps)).unwrap();
+        drafter.extend_context(&mut rolled_back, &taps_on(&target, &round.taps)).unwrap();
     }
     assert_eq!(draft(&rolled_back), draft(&stepwise));
     // And the context is read: a shorter one drafts otherwise.
@@ -299,20 +305,21 @@ fn bad_rounds_are_errors() {
     let drafter = DflashModel::load(&fixture_dir().join("drafter"), &target).unwrap();
     let mut ctx = drafter.new_context().unwrap();
     let width = drafter.config.tap_width();
-    let e = drafter.extend_context(&mut ctx, &vec![0.5; width + 1]).unwrap_err();
+    let b = target.backend();
+    let e = drafter.extend_context(&mut ctx, &b.upload(&vec![0.5; width + 1], width + 1).unwrap()).unwrap_err();
     assert!(matches!(e, EngineError::InvalidArgument(_)), "{e}");
     assert!(ctx.is_empty());
     let e = drafter.draft_logits(&target, &ctx, 256).unwrap_err();
     assert!(matches!(e, EngineError::TokenOutOfRange { id: 256, .. }), "{e}");
     // A block that would run past the target's 512 positions.
     let positions = target.config.context_len();
-    drafter.extend_context(&mut ctx, &vec![0.5; (positions - 4) * width]).unwrap();
+    drafter.extend_context(&mut ctx, &b.upload(&vec![0.5; (positions - 4) * width], width).unwrap()).unwrap();
     let e = drafter.draft_logits(&target, &ctx, 1).unwrap_err();
     assert!(
         matches!(e, EngineError::PositionOutOfRange { position, max } if position == positions + 3 && max == positions),
         "{e}"
     );
-    let e = drafter.extend_context(&mut ctx, &vec![0.5; 5 * width]).unwrap_err();
+    let e = drafter.extend_context(&mut ctx, &b.upload(&vec![0.5; 5 * width], width).unwrap()).unwrap_err();
     assert!(matches!(e, EngineError::PositionOutOfRange { .. }), "{e}");
 }
 
@@ -321,25 +328,40 @@ fn taps_are_the_hidden_states_the_logits_come_from() {
     let (_target_dir, target) = target(0);
     let (tokens, positions) = ([7u32, 3, 250, 18, 99], [0usize, 1, 2, 3, 4]);
     let hidden = target.config.hidden_size;
-    let (ids, taps) =
-        target.forward_argmax_tapped(&mut target.new_cache(), &tokens, &positions, None, &[2, 0]).unwrap();
+    let b = target.backend();
+    let tapped = |model: &Model<CpuBackend>, layers: &[usize]| {
+        let (ids, taps) =
+            model.forward_argmax_tapped(&mut model.new_cache(), &tokens, &positions, None, layers).unwrap();
+        (ids, taps.map(|t| b.to_host(&t).unwrap()))
+    };
+    let (ids, taps) = tapped(&target, &[2, 0]);
+    let taps = taps.unwrap();
     let logits = target.forward(&mut target.new_cache(), &tokens, &positions, None).unwrap();
     assert_eq!(ids, target.forward_argmax(&mut target.new_cache(), &tokens, &positions, None).unwrap());
     assert_eq!(taps.len(), tokens.len() * 2 * hidden);
+    assert_eq!(tapped(&target, &[]), (ids.clone(), None), "no layers, no taps");
     // The last layer's tap is after the final norm: the LM head of it gives the logits, bit for bit.
     let last: Vec<f32> = taps.chunks(2 * hidden).flat_map(|row| row[..hidden].to_vec()).collect();
-    let b = target.backend();
     assert_eq!(b.to_host(&target.lm_head(&b.upload(&last, hidden).unwrap()).unwrap()).unwrap(), logits);
     // Each layer's rows sit where their order puts them, whatever else is tapped with them.
-    let (_, first) = target.forward_argmax_tapped(&mut target.new_cache(), &tokens, &positions, None, &[0]).unwrap();
+    let first = tapped(&target, &[0]).1.unwrap();
     let second: Vec<f32> = taps.chunks(2 * hidden).flat_map(|row| row[hidden..].to_vec()).collect();
     assert_eq!(first, second);
     assert_ne!(first, last);
-    // A prefill in chunks hands out the same rows as one forward.
+    // A prefill in chunks hands out the same rows as one forward, a chunk at a time.
     let mut chunked = target.new_cache();
     let mut target_chunked = Model::load(_target_dir.path()).unwrap();
     target_chunked.set_prefill_chunk(2).unwrap();
-    let (_, prefill_taps) = target_chunked.prefill_tapped(&mut chunked, &tokens, &[2, 0]).unwrap();
+    let mut prefill_taps = Vec::new();
+    let mut chunks = Vec::new();
+    target_chunked
+        .prefill_tapped(&mut chunked, &tokens, &[2, 0], |t| {
+            chunks.push(t.rows());
+            prefill_taps.extend(b.to_host(t)?);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(chunks, [2, 2, 1]);
     assert_eq!(prefill_taps, taps);
     let e = target.forward_argmax_tapped(&mut target.new_cache(), &tokens, &positions, None, &[3]).unwrap_err();
     assert!(matches!(e, EngineError::InvalidArgument(_)), "{e}");
@@ -351,7 +373,7 @@ struct Recording<'m> {
     committed: Vec<f32>,
 }
 
-impl Drafter for Recording<'_> {
+impl Drafter<CpuBackend> for Recording<'_> {
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> kdtree_engine::Result<Draft> {
         self.inner.draft(context, bonus, len, top_k)
     }
@@ -360,8 +382,8 @@ impl Drafter for Recording<'_> {
         self.inner.target_layers()
     }
 
-    fn commit(&mut self, taps: &[f32]) -> kdtree_engine::Result<()> {
-        self.committed.extend_from_slice(taps);
+    fn commit(&mut self, taps: &CpuTensor) -> kdtree_engine::Result<()> {
+        self.committed.extend_from_slice(&taps.data);
         self.inner.commit(taps)
     }
 }
@@ -391,7 +413,12 @@ fn ddtree_with_a_dflash_drafter_is_greedy_exact_and_commits_only_accepted_featur
         // bonus token is never verified): a forward over that text hands out the same rows.
         let text: Vec<u32> = prompt.iter().chain(&tokens[..tokens.len() - 1]).copied().collect();
         let layers = &drafter.config.target_layer_ids;
-        let (_, expect) = target.prefill_tapped(&mut target.new_cache(), &text, layers).unwrap();
+        let mut expect = Vec::new();
+        let each = |t: &CpuTensor| {
+            expect.extend_from_slice(&t.data);
+            Ok(())
+        };
+        target.prefill_tapped(&mut target.new_cache(), &text, layers, each).unwrap();
         assert_eq!(recording.committed, expect, "{}", method.label());
     }
 }

@@ -193,7 +193,7 @@ fn a_round_is_timed_beside_the_verify_forward_and_counted_by_the_cost_model() {
     // The comparison with the drafter: greedy, the block's chain, DDTree and cost-aware DDTree, every
     // output greedy's, each estimated by the cost model with the drafter's round.
     let methods = sweep::drafter_methods(8, timing.depths, Some(&cost));
-    let make = || Ok(Box::new(DflashDrafter::new(&drafter, &target)?) as Box<dyn Drafter + '_>);
+    let make = || Ok(Box::new(DflashDrafter::new(&drafter, &target)?) as Box<dyn Drafter<_> + '_>);
     let mut rows = sweep::compare_drafter(&target, &prompt, 10, &methods, "dflash", make, |_| {}).unwrap();
     sweep::estimate(&mut rows, &cost);
     let labels: Vec<&str> = rows.iter().map(|r| r.method.as_str()).collect();

@@ -1,4 +1,4 @@
-//! Row copies: columns out of a wider buffer, rows by device-side indices (to and from the experts),
+//! Row copies: column ranges between buffers of different widths, rows by device-side indices (to and from the experts),
 //! and the bf16 embedding lookup. An index the host cannot check gives NaN (a gather) or no write (a
 //! scatter), never an access outside the buffers.
 
@@ -6,6 +6,7 @@ use cudarc::driver::CudaSlice;
 use kdtree_jit::kernel::Kernels;
 
 use crate::error::Result;
+use crate::shape::ColRange;
 use crate::{launch, shape};
 
 /// `out[r, c] = x[r, col_offset + c]` for every row of `x` (rows of `stride`) and `c < cols`; `out` is
@@ -18,10 +19,39 @@ pub fn copy_cols(
     cols: usize,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let (rows, stride, col_offset, cols) = shape::copy_cols(x.len(), stride, col_offset, cols, out.len())?;
+    let from = ColRange { len: x.len(), stride, offset: col_offset };
+    let to = ColRange { len: out.len(), stride: cols, offset: 0 };
+    copy_range(k, "copy_cols", x, from, out, to, cols)
+}
+
+/// `out[r, col_offset + c] = x[r, c]` for every row of `x` ([rows, cols]) and `c < cols`, `out` rows of
+/// `stride`: a layer's hidden states placed beside others' (a forward's taps).
+pub fn place_cols(
+    k: &Kernels,
+    x: &CudaSlice<f32>,
+    cols: usize,
+    out: &mut CudaSlice<f32>,
+    stride: usize,
+    col_offset: usize,
+) -> Result<()> {
+    let from = ColRange { len: x.len(), stride: cols, offset: 0 };
+    let to = ColRange { len: out.len(), stride, offset: col_offset };
+    copy_range(k, "place_cols", x, from, out, to, cols)
+}
+
+fn copy_range(
+    k: &Kernels,
+    op: &'static str,
+    x: &CudaSlice<f32>,
+    from: ColRange,
+    out: &mut CudaSlice<f32>,
+    to: ColRange,
+    cols: usize,
+) -> Result<()> {
+    let [rows, x_stride, x_offset, out_stride, out_offset, cols] = shape::copy_cols(op, from, to, cols)?;
     if rows > 0 {
-        // SAFETY: x is rows x stride with col_offset + cols <= stride; out is rows x cols.
-        unsafe { launch::copy_cols(k, x, out, rows, stride, col_offset, cols) }?;
+        // SAFETY: x and out are `rows` whole rows of their strides, each column range inside its row.
+        unsafe { launch::copy_cols(k, x, out, rows, x_stride, x_offset, out_stride, out_offset, cols) }?;
     }
     Ok(())
 }

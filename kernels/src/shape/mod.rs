@@ -20,7 +20,7 @@ pub use moe::{
 };
 pub use moe_align::{AlignArgs, MAX_ASSIGNMENTS, moe_align};
 pub use rope::{RopeArgs, rope_strided};
-pub use rows::{copy_cols, embedding_rows, indexed_rows};
+pub use rows::{ColRange, copy_cols, embedding_rows, indexed_rows};
 pub use top_k::{TOP_K_CHUNK, TopKArgs, top_k_log_softmax};
 
 use crate::error::{Error, Result};

@@ -1,24 +1,46 @@
-//! Row copies: columns out of a wider buffer, rows by device-side indices, embedding rows.
+//! Row copies: column ranges between buffers of different widths, rows by device-side indices, embedding rows.
 
 use super::{ensure, to_u32};
 use crate::error::Result;
 
-/// Columns `[col_offset, col_offset + cols)` of `x` (rows of `stride`) into `out` (rows of `cols`);
-/// returns (rows, stride, col_offset, cols).
-pub fn copy_cols(x: usize, stride: usize, col_offset: usize, cols: usize, out: usize) -> Result<(u32, u32, u32, u32)> {
-    let op = "copy_cols";
-    ensure(op, stride > 0 && x.is_multiple_of(stride), || format!("x holds {x} values, not rows of {stride}"))?;
-    ensure(op, cols > 0 && col_offset + cols <= stride, || {
-        format!("columns {col_offset}..{} are not within rows of {stride}", col_offset + cols)
+/// A column range of the rows of one buffer copied into a column range of another's: `cols` columns
+/// from column `offset` of each row of `stride`, of both buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColRange {
+    pub len: usize,
+    pub stride: usize,
+    pub offset: usize,
+}
+
+/// Columns `[x.offset, x.offset + cols)` of `x`'s rows into columns `[out.offset, out.offset + cols)`
+/// of `out`'s: both whole rows, as many of them, each range inside its row. Returns (rows, x stride, x
+/// offset, out stride, out offset, cols).
+pub fn copy_cols(op: &'static str, x: ColRange, out: ColRange, cols: usize) -> Result<[u32; 6]> {
+    for (name, b) in [("x", x), ("out", out)] {
+        ensure(op, b.stride > 0 && b.len.is_multiple_of(b.stride), || {
+            format!("{name} holds {} values, not rows of {}", b.len, b.stride)
+        })?;
+        ensure(op, cols > 0 && b.offset.checked_add(cols).is_some_and(|end| end <= b.stride), || {
+            format!(
+                "{name}'s columns {}..{} are not within rows of {}",
+                b.offset,
+                b.offset.saturating_add(cols),
+                b.stride
+            )
+        })?;
+    }
+    let rows = x.len / x.stride;
+    ensure(op, out.len / out.stride == rows, || {
+        format!("out holds {} rows of {}, x {rows}", out.len / out.stride, out.stride)
     })?;
-    let rows = x / stride;
-    ensure(op, out == rows * cols, || format!("out holds {out} values, {rows} rows of {cols} need {}", rows * cols))?;
-    Ok((
+    Ok([
         to_u32(op, "rows", rows)?,
-        to_u32(op, "stride", stride)?,
-        to_u32(op, "col_offset", col_offset)?,
+        to_u32(op, "x stride", x.stride)?,
+        to_u32(op, "x offset", x.offset)?,
+        to_u32(op, "out stride", out.stride)?,
+        to_u32(op, "out offset", out.offset)?,
         to_u32(op, "cols", cols)?,
-    ))
+    ])
 }
 
 /// `m` rows of `cols` picked by `idx[idx_offset..idx_offset + m]` from (a gather) or into (a scatter)
@@ -56,14 +78,24 @@ mod tests {
     use crate::error::Error;
 
     #[test]
-    fn copy_cols_stays_within_the_row() {
+    fn copy_cols_stays_within_both_rows() {
+        let r = |len, stride, offset| ColRange { len, stride, offset };
         // MLA's kv_a output: 512 latent columns and 64 rope columns of rows of 576.
-        assert_eq!(copy_cols(3 * 576, 576, 0, 512, 3 * 512).unwrap(), (3, 576, 0, 512));
-        assert_eq!(copy_cols(3 * 576, 576, 512, 64, 3 * 64).unwrap(), (3, 576, 512, 64));
-        assert!(matches!(copy_cols(3 * 576, 576, 513, 64, 3 * 64), Err(Error::Shape { .. })));
-        assert!(matches!(copy_cols(3 * 576 + 1, 576, 0, 64, 3 * 64), Err(Error::Shape { .. })));
-        assert!(matches!(copy_cols(3 * 576, 576, 0, 64, 2 * 64), Err(Error::Shape { .. })));
-        assert!(matches!(copy_cols(3 * 576, 576, 0, 0, 0), Err(Error::Shape { .. })));
+        assert_eq!(copy_cols("t", r(3 * 576, 576, 0), r(3 * 512, 512, 0), 512).unwrap(), [3, 576, 0, 512, 0, 512]);
+        assert_eq!(copy_cols("t", r(3 * 576, 576, 512), r(3 * 64, 64, 0), 64).unwrap(), [3, 576, 512, 64, 0, 64]);
+        // A layer's hidden state placed as the second of three taps.
+        assert_eq!(copy_cols("t", r(2 * 7, 7, 0), r(2 * 21, 21, 7), 7).unwrap(), [2, 7, 0, 21, 7, 7]);
+        let bad = [
+            (r(3 * 576, 576, 513), r(3 * 64, 64, 0), 64),
+            (r(3 * 576 + 1, 576, 0), r(3 * 64, 64, 0), 64),
+            (r(3 * 576, 576, 0), r(2 * 64, 64, 0), 64),
+            (r(3 * 576, 576, 0), r(0, 0, 0), 0),
+            (r(2 * 7, 7, 0), r(2 * 21, 21, 15), 7),
+            (r(2 * 7, 7, usize::MAX), r(2 * 21, 21, 0), 7),
+        ];
+        for (x, out, cols) in bad {
+            assert!(matches!(copy_cols("t", x, out, cols), Err(Error::Shape { .. })), "{x:?} {out:?} {cols}");
+        }
     }
 
     #[test]

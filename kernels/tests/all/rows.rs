@@ -42,6 +42,24 @@ proptest! {
 
     #[test]
     #[ignore = "needs a GPU"]
+    fn place_cols_writes_a_column_range_and_nothing_else(rows in 1usize..40, stride in 1usize..700, a in 0usize..700, b in 0usize..700, seed: u64) {
+        // A forward's taps: a layer's hidden states placed among others'; the other columns keep theirs.
+        let (col_offset, cols) = (a % stride, 1 + b % (stride - a % stride));
+        let x = values(rows * cols, 3.0, seed);
+        let before = values(rows * stride, 1.0, seed ^ 1);
+        let mut want = before.clone();
+        for (r, row) in want.chunks_exact_mut(stride).enumerate() {
+            row[col_offset..col_offset + cols].copy_from_slice(&x[r * cols..][..cols]);
+        }
+        let k = kernels();
+        let dx = k.stream().clone_htod(&x).unwrap();
+        let mut out = k.stream().clone_htod(&before).unwrap();
+        kdtree_kernels::place_cols(k, &dx, cols, &mut out, stride, col_offset).unwrap();
+        prop_assert_eq!(k.stream().clone_dtoh(&out).unwrap(), want);
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
     fn gathers_pick_rows_by_device_indices(
         src_rows in 1usize..50, cols in 1usize..300, idx in proptest::collection::vec(0u32..60, 1..40),
         offset in 0usize..5, seed: u64,

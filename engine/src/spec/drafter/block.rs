@@ -30,7 +30,7 @@ impl<'m, B: Backend> BlockDrafter<'m, B> {
     }
 }
 
-impl<B: Backend> Drafter for BlockDrafter<'_, B> {
+impl<B: Backend, T: Backend> Drafter<T> for BlockDrafter<'_, B> {
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft> {
         let vocab = self.model.config.vocab_size;
         // The cache holds only committed context, run causally (only what is new since the last round);

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use super::{Choice, Draft, Drafter};
 use crate::error::Result;
+use crate::registry::Backend;
 
 /// Matches the last `n` tokens of (context, bonus) against earlier text, for the longest `n` from
 /// `max_ngram` down to 1 that occurs earlier, and proposes what followed each occurrence: at depth i,
@@ -21,7 +22,7 @@ impl LookupDrafter {
     }
 }
 
-impl Drafter for LookupDrafter {
+impl<B: Backend> Drafter<B> for LookupDrafter {
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft> {
         let text: Vec<u32> = context.iter().copied().chain([bonus]).collect();
         let starts = (1..=self.max_ngram.min(text.len() - 1))
@@ -53,6 +54,7 @@ fn continuations(text: &[u32], n: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::CpuBackend;
 
     fn tokens(d: &Draft, depth: usize) -> Vec<u32> {
         d.at(depth).iter().map(|c| c.token).collect()
@@ -61,7 +63,8 @@ mod tests {
     #[test]
     fn the_longest_matching_ngram_decides() {
         // "5 6" occurred once, followed by 7 8; "6" alone also occurred followed by 9.
-        let mut d = LookupDrafter::new(2, 16);
+        // The lookup drafter drafts the same for a target on any backend.
+        let d: &mut dyn Drafter<CpuBackend> = &mut LookupDrafter::new(2, 16);
         let draft = d.draft(&[6, 9, 1, 5, 6, 7, 8, 2, 5], 6, 3, 4).unwrap();
         assert_eq!((tokens(&draft, 1), tokens(&draft, 2)), (vec![7], vec![8]));
         assert_eq!(draft.at(1)[0].log_prob, 0.0);
@@ -70,7 +73,7 @@ mod tests {
 
     #[test]
     fn several_occurrences_share_the_mass_and_no_match_drafts_nothing() {
-        let mut d = LookupDrafter::new(1, 16);
+        let d: &mut dyn Drafter<CpuBackend> = &mut LookupDrafter::new(1, 16);
         let draft = d.draft(&[3, 1, 3, 2, 3, 1], 3, 1, 4).unwrap();
         assert_eq!(tokens(&draft, 1), vec![1, 2]);
         assert!((draft.at(1)[0].log_prob - (2f32 / 3.0).ln()).abs() < 1e-6);

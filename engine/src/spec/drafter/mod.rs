@@ -21,9 +21,11 @@ pub use oracle::NoisyOracle;
 
 use crate::error::{EngineError, Result};
 use crate::ops::cpu;
+use crate::registry::Backend;
 
-/// Proposes distributions for the tokens that follow the committed context and the bonus token.
-pub trait Drafter {
+/// Proposes distributions for the tokens that follow the committed context and the bonus token, for a
+/// target on backend `B`.
+pub trait Drafter<B: Backend> {
     /// `context` is everything committed so far (prompt and accepted tokens); `bonus` is the target's
     /// greedy token after it, which is certain but not yet in the target's KV cache. Returns the
     /// distributions of the `len` positions after `bonus`, each cut to its best `top_k` entries.
@@ -36,9 +38,9 @@ pub trait Drafter {
     }
 
     /// The target's hidden states after [`Self::target_layers`] of the tokens just committed, `[tokens,
-    /// layers * hidden]`, in order: the prompt's after prefill, then each round's accepted path (its
-    /// root first). Rejected tokens' never come.
-    fn commit(&mut self, _taps: &[f32]) -> Result<()> {
+    /// layers * hidden]` on the target's backend, in order: the prompt's after prefill (chunk by
+    /// chunk), then each round's accepted path (its root first). Rejected tokens' never come.
+    fn commit(&mut self, _taps: &B::Tensor) -> Result<()> {
         Ok(())
     }
 }

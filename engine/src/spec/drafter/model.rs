@@ -23,7 +23,7 @@ impl<'m, B: Backend> ModelDrafter<'m, B> {
     }
 }
 
-impl<B: Backend> Drafter for ModelDrafter<'_, B> {
+impl<B: Backend, T: Backend> Drafter<T> for ModelDrafter<'_, B> {
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft> {
         let vocab = self.model.config.vocab_size;
         let mut rows = Vec::with_capacity(len * vocab);

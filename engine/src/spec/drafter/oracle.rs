@@ -6,6 +6,7 @@ use kdtree_quant::sample::Uniform;
 
 use super::{Choice, Draft, Drafter};
 use crate::error::{EngineError, Result};
+use crate::registry::Backend;
 
 /// At every depth the true token (greedy decoding's) is ranked first with probability `p`; otherwise
 /// it is ranked r = 2, 3, ... with probability proportional to 2^-(r - 1), or left out when the list
@@ -71,7 +72,7 @@ impl NoisyOracle {
     }
 }
 
-impl Drafter for NoisyOracle {
+impl<B: Backend> Drafter<B> for NoisyOracle {
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft> {
         if self.truth.get(context.len()) != Some(&bonus) || !self.truth.starts_with(context) {
             return Err(EngineError::InvalidArgument(
@@ -86,6 +87,7 @@ impl Drafter for NoisyOracle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::CpuBackend;
 
     #[test]
     fn the_truth_ranks_first_about_p_of_the_time_and_draws_are_keyed() {
@@ -106,7 +108,7 @@ mod tests {
     #[test]
     fn p_one_is_the_oracle_and_p_zero_never_ranks_the_truth_first() {
         let truth: Vec<u32> = (0..40).map(|i| (i % 9) as u32).collect();
-        let mut sure = NoisyOracle::new(truth.clone(), 1.0, 1, 9).unwrap();
+        let sure: &mut dyn Drafter<CpuBackend> = &mut NoisyOracle::new(truth.clone(), 1.0, 1, 9).unwrap();
         let d = sure.draft(&truth[..10], truth[10], 5, 3).unwrap();
         assert!((1..=5).all(|i| d.at(i)[0].token == truth[10 + i]));
         let never = NoisyOracle::new(truth.clone(), 0.0, 1, 9).unwrap();

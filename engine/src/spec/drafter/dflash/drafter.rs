@@ -22,7 +22,7 @@ impl<'m, B: Backend> DflashDrafter<'m, B> {
     }
 }
 
-impl<B: Backend> Drafter for DflashDrafter<'_, B> {
+impl<B: Backend> Drafter<B> for DflashDrafter<'_, B> {
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft> {
         // The block's positions follow the features committed; they must be the text's.
         if self.context.len() != context.len() {
@@ -45,7 +45,7 @@ impl<B: Backend> Drafter for DflashDrafter<'_, B> {
         &self.model.config.target_layer_ids
     }
 
-    fn commit(&mut self, taps: &[f32]) -> Result<()> {
+    fn commit(&mut self, taps: &B::Tensor) -> Result<()> {
         self.model.extend_context(&mut self.context, taps)
     }
 }

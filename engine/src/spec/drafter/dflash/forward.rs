@@ -5,7 +5,7 @@ use super::weights::{DflashModel, Layer};
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::model::Model;
-use crate::registry::{Backend, GqaShape, LogitTransform, RopeLayout, RopeSpan, RowStore};
+use crate::registry::{Backend, GqaShape, LogitTransform, RopeLayout, RopeSpan, RowStore, Shaped};
 
 /// Every committed token's keys and values, per drafter layer: `k_norm`ed and rotated keys, values,
 /// each rows of `kv_heads * head_dim` on the backend. Token `i` sits at position `i`.
@@ -40,23 +40,23 @@ impl<B: Backend> DflashModel<B> {
         Ok(DflashContext { keys: rows()?, values: rows()?, len: 0 })
     }
 
-    /// Appends the committed tokens whose target features are `taps` (`[tokens, tap_width]`: the
-    /// target's hidden states after each of `target_layer_ids`, in that order), at the positions after
-    /// the context's.
-    pub fn extend_context(&self, ctx: &mut DflashContext<B>, taps: &[f32]) -> Result<()> {
+    /// Appends the committed tokens whose target features are `taps` (`[tokens, tap_width]` on the
+    /// backend: the target's hidden states after each of `target_layer_ids`, in that order), at the
+    /// positions after the context's.
+    pub fn extend_context(&self, ctx: &mut DflashContext<B>, taps: &B::Tensor) -> Result<()> {
         let (c, b) = (&self.config, &*self.backend);
-        let width = c.tap_width();
-        if !taps.len().is_multiple_of(width) {
+        if taps.cols() != c.tap_width() {
             return Err(EngineError::InvalidArgument(format!(
-                "DFlash context: {} values are not whole rows of {width} ({} target layers x hidden {})",
-                taps.len(),
+                "DFlash context: taps of {} values a token, not {} ({} target layers x hidden {})",
+                taps.cols(),
+                c.tap_width(),
                 c.target_layer_ids.len(),
                 c.hidden_size
             )));
         }
-        let rows = taps.len() / width;
+        let rows = taps.rows();
         let batch = self.batch(ctx.len, rows)?;
-        let features = b.linear(&b.upload(taps, width)?, &self.fc)?;
+        let features = b.linear(taps, &self.fc)?;
         let features = b.rmsnorm(&features, &self.hidden_norm, c.rms_norm_eps)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let (k, v) = self.keys_values(layer, &features, &batch)?;
