@@ -21,9 +21,8 @@ use super::make_model::{at_least, gb, parse_bytes};
 /// intermediate 18432, block size 8, rope_theta 50000, mask token 163838, target layers
 /// [1, 12, 24, 35, 47, 58] for K2's 61 (the reference's build_target_layer_ids; for a target with
 /// fewer layers the same formula, clamped into its layers). That is 3.48 G parameters, 6.96 GB,
-/// beside hidden 7168. One difference: the published config scales rope with YaRN (factor 64 over
-/// 4096 positions), which the loader reads where the config's own lengths agree with the factor
-/// (262144 positions: not every target's); this drafter has plain rope, which costs the same.
+/// beside hidden 7168, rope scaled by YaRN (factor 64 over 4096 positions, max_position_embeddings
+/// 262144, as published).
 ///
 /// Weights are seeded uniform draws of variance 1/fan-in, norms near 1: the drafter proposes noise,
 /// so it is for timing a round, not for acceptance. --dry-run prints the sizes without writing.

@@ -34,7 +34,18 @@ pub struct DrafterSpec {
     /// `None`: the reference's `build_target_layer_ids` for the target's layer count, clamped into it.
     pub target_layer_ids: Option<Vec<usize>>,
     pub rope_theta: f64,
+    /// YaRN rope scaling as Qwen3 configs state it; `None`: plain rope over the target's context.
+    pub yarn: Option<DrafterYarn>,
     pub sharding: Sharding,
+}
+
+/// A drafter's YaRN: `factor` over `original_max_position_embeddings`, so that its config's
+/// `max_position_embeddings` is their product (the loader refuses a config whose lengths disagree
+/// with its factor).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DrafterYarn {
+    pub factor: f64,
+    pub original_max_position_embeddings: usize,
 }
 
 /// Kimi-K2.5-DFlash's mask token id (a reserved id of K2's 163840-token vocabulary).
@@ -46,9 +57,8 @@ impl DrafterSpec {
 
     /// The published Kimi-K2.5 DFlash drafter (`z-lab/Kimi-K2.5-DFlash`): 6 Qwen3 layers of 64 query
     /// and 8 key/value heads of 128, SwiGLU of 18432, block size 8, rope theta 50000, reading 6 target
-    /// layers (`[1, 12, 24, 35, 47, 58]` of K2's 61); 3.48 G parameters, 6.96 GB in bf16 beside a
-    /// hidden size of 7168. Its config scales rope with YaRN (factor 64 over 4096 positions), which
-    /// changes only the rotary table: this one has plain rope, the same cost.
+    /// layers (`[1, 12, 24, 35, 47, 58]` of K2's 61), rope scaled by YaRN (factor 64 over 4096
+    /// positions: 262144); 3.48 G parameters, 6.96 GB in bf16 beside a hidden size of 7168.
     pub fn k2_5() -> DrafterSpec {
         DrafterSpec {
             seed: 0,
@@ -61,6 +71,7 @@ impl DrafterSpec {
             mask_token_id: None,
             target_layer_ids: None,
             rope_theta: 50_000.0,
+            yarn: Some(DrafterYarn { factor: 64.0, original_max_position_embeddings: 4096 }),
             sharding: Sharding::MaxBytes(super::DEFAULT_SHARD_BYTES),
         }
     }
@@ -86,6 +97,14 @@ impl DrafterSpec {
 
     /// config.json of the drafter for `target`, as the reference's Qwen3 config saves it.
     pub fn config_json(&self, target: &Config) -> serde_json::Value {
+        let (rope_scaling, max_positions) = match self.yarn {
+            None => (serde_json::Value::Null, target.max_position_embeddings),
+            Some(y) => (
+                json!({"type": "yarn", "factor": y.factor,
+                       "original_max_position_embeddings": y.original_max_position_embeddings}),
+                (y.factor * y.original_max_position_embeddings as f64).round() as usize,
+            ),
+        };
         json!({
             "architectures": ["DFlashDraftModel"],
             "model_type": "qwen3",
@@ -100,8 +119,8 @@ impl DrafterSpec {
             "attention_bias": false,
             "rms_norm_eps": 1e-6,
             "rope_theta": self.rope_theta,
-            "rope_scaling": null,
-            "max_position_embeddings": target.max_position_embeddings,
+            "rope_scaling": rope_scaling,
+            "max_position_embeddings": max_positions,
             "use_sliding_window": false,
             "layer_types": vec!["full_attention"; self.num_hidden_layers],
             "tie_word_embeddings": false,
@@ -208,6 +227,12 @@ mod tests {
         assert_eq!(spec.mask_token(&target), K2_5_MASK_TOKEN_ID);
         let config = spec.check(&target).unwrap();
         assert_eq!((config.tap_width(), config.block_size), (6 * 7168, 8));
+        // The published rope: YaRN, factor 64 over 4096 positions, read back as the loader reads it.
+        let yarn = config.rope_scaling.as_ref().expect("YaRN");
+        assert_eq!((yarn.yarn.factor, yarn.yarn.original_max_position_embeddings), (64.0, 4096));
+        assert_eq!(spec.config_json(&target)["max_position_embeddings"], 262_144);
+        let plain = DrafterSpec { yarn: None, ..DrafterSpec::k2_5() };
+        assert!(plain.check(&target).unwrap().rope_scaling.is_none());
         // 3.48 G parameters in bf16: the published folder's 6.48 GiB.
         let bytes = spec.tensor_bytes(&target).unwrap();
         assert!((6.95e9..6.97e9).contains(&(bytes as f64)), "{bytes}");

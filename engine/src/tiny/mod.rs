@@ -36,7 +36,7 @@ use serde_json::json;
 
 use crate::error::{EngineError, Result};
 use crate::model::{Config, Layout, Yarn};
-pub use drafter::{DrafterSpec, K2_5_MASK_TOKEN_ID, write_drafter};
+pub use drafter::{DrafterSpec, DrafterYarn, K2_5_MASK_TOKEN_ID, write_drafter};
 use plan::{GROUP, Unit};
 use shard::Shard;
 use staging::Staging;
