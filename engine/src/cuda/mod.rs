@@ -106,30 +106,53 @@ impl Default for MoeKernels {
 pub struct CudaBackend {
     gpu: Gpu,
     kernels: Arc<Kernels>,
-    /// Loaded with the first model's attention weights, whose head sizes pick the tuned variant.
-    mla: OnceLock<Arc<MlaKernels>>,
-    /// The f32 family, loaded with the first f32 model's attention weights.
-    mla_f32: OnceLock<Arc<MlaF32Kernels>>,
-    mla_variant: Option<MlaDecode>,
     blas: CudaBlas,
+    /// cuBLAS's workspace, set by us so that a captured GEMM never allocates its own.
+    _blas_workspace: cudarc::driver::CudaSlice<u8>,
+    tuning: Tuning,
+    attention: AttentionKernels,
+    weights: WeightKernels,
+    monitor: Monitor,
+    graphs: bool,
+    kv_budget: KvBudget,
+}
+
+/// How kernels are chosen and where compiled ones are kept.
+struct Tuning {
+    /// What the DB's entries are keyed by: the GPU, driver and NVRTC versions.
     env: Environment,
     db: TuningDb,
     /// Where `db` was read from, and is saved to when tuning at startup adds to it.
     db_path: PathBuf,
     mode: Mode,
-    moe: MoeKernels,
-    graphs: bool,
-    kv_budget: KvBudget,
-    /// Set when an MoE layer runs one chain per expert, which reads its routing back to the host
-    /// mid-forward: such a forward cannot be recorded.
-    host_synced: AtomicBool,
-    /// cuBLAS's workspace, set by us so that a captured GEMM never allocates its own.
-    _blas_workspace: cudarc::driver::CudaSlice<u8>,
     /// `None` when the cache directory is refused (a note says why): kernels then compile every time.
-    cache: Option<Cache>,
+    cubins: Option<Cache>,
+}
+
+/// The attention kernels, loaded with the first model's attention weights, whose head sizes pick the
+/// tuned variant.
+struct AttentionKernels {
+    mla: OnceLock<Arc<MlaKernels>>,
+    /// The f32 family, loaded with the first f32 model's attention weights.
+    mla_f32: OnceLock<Arc<MlaF32Kernels>>,
+    /// `--mla-variant`: the variant asked for, over the DB's.
+    variant: Option<MlaDecode>,
+}
+
+/// The linear layers' kernels, by weight shape, compiled as weights of each shape are loaded.
+struct WeightKernels {
     shapes: Mutex<BTreeMap<WeightShape, Arc<ShapeKernels>>>,
     /// The streamed kernel of each dense weight shape loaded so far; `None` where cuBLAS runs it.
     streamed: Mutex<BTreeMap<DenseShape, Option<Arc<kdtree_jit::dense16::Dense16Kernel>>>>,
+    moe: MoeKernels,
+}
+
+/// What forwards did: the profile, the experts launched, whether one read back mid-forward.
+#[derive(Default)]
+struct Monitor {
+    /// Set when an MoE layer runs one chain per expert, which reads its routing back to the host
+    /// mid-forward: such a forward cannot be recorded.
+    host_synced: AtomicBool,
     /// Experts launched by MoE layers since the last [`CudaBackend::take_experts_launched`].
     experts_launched: AtomicUsize,
     /// While profiling: each op's class and the events recorded around it on the stream.
@@ -170,24 +193,14 @@ impl CudaBackend {
         Ok(CudaBackend {
             gpu,
             kernels,
-            mla: OnceLock::new(),
-            mla_f32: OnceLock::new(),
-            mla_variant: options.mla,
             blas,
-            env,
-            db,
-            db_path: options.tuning_db.clone(),
-            mode: options.mode,
-            moe: options.moe,
+            _blas_workspace: blas_workspace,
+            tuning: Tuning { env, db, db_path: options.tuning_db.clone(), mode: options.mode, cubins: cache },
+            attention: AttentionKernels { mla: OnceLock::new(), mla_f32: OnceLock::new(), variant: options.mla },
+            weights: WeightKernels { shapes: Mutex::default(), streamed: Mutex::default(), moe: options.moe },
+            monitor: Monitor::default(),
             graphs: options.graphs,
             kv_budget: options.kv_budget,
-            host_synced: AtomicBool::new(false),
-            _blas_workspace: blas_workspace,
-            cache,
-            shapes: Mutex::default(),
-            streamed: Mutex::default(),
-            experts_launched: AtomicUsize::new(0),
-            profile: Mutex::default(),
         })
     }
 
@@ -208,7 +221,7 @@ impl CudaBackend {
     }
 
     pub fn mode(&self) -> Mode {
-        self.mode
+        self.tuning.mode
     }
 
     /// Waits until the GPU has done everything enqueued.
@@ -218,7 +231,7 @@ impl CudaBackend {
 
     /// The plan of every W4A16 weight shape loaded so far, by shape.
     pub fn plans(&self) -> Vec<(WeightShape, Plan)> {
-        let shapes = self.shapes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let shapes = self.weights.shapes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         shapes.iter().map(|(s, k)| (*s, k.plan.clone())).collect()
     }
 
@@ -226,18 +239,18 @@ impl CudaBackend {
     /// layer's tokens routed to, summed over layers and forwards. The grouped path counts on the
     /// device and reads the count back only while profiling ([`Self::start_profile`]).
     pub fn take_experts_launched(&self) -> usize {
-        self.experts_launched.swap(0, Ordering::Relaxed)
+        self.monitor.experts_launched.swap(0, Ordering::Relaxed)
     }
 
     /// Starts timing ops by class: CUDA events around each op, so the time of an op is the GPU's
     /// from reaching it to finishing it, host bubbles before it included.
     pub fn start_profile(&self) {
-        *self.profile.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+        *self.monitor.profile.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
     }
 
     /// Stops profiling; microseconds by op class since [`Self::start_profile`], largest first.
     pub fn take_profile(&self) -> Result<Vec<(String, f64)>> {
-        let taken = self.profile.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
+        let taken = self.monitor.profile.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
         let mut by_class: BTreeMap<String, f64> = BTreeMap::new();
         for (class, start, end) in taken {
             *by_class.entry(class).or_default() += 1e3 * f64::from(start.elapsed_ms(&end)?);
@@ -249,14 +262,14 @@ impl CudaBackend {
 
     /// Runs `op`, timed under `class` while profiling.
     fn timed<T>(&self, class: impl FnOnce() -> String, op: impl FnOnce() -> Result<T>) -> Result<T> {
-        if self.profile.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+        if self.monitor.profile.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
             return op();
         }
         let event = || self.stream().record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT));
         let start = event()?;
         let out = op()?;
         let end = event()?;
-        if let Some(p) = self.profile.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        if let Some(p) = self.monitor.profile.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             p.push((class(), start, end));
         }
         Ok(out)
@@ -266,22 +279,22 @@ impl CudaBackend {
     /// and not profiling (which times each op with events of its own).
     fn graphs_now(&self) -> bool {
         self.graphs
-            && !self.host_synced.load(Ordering::Relaxed)
-            && self.profile.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+            && !self.monitor.host_synced.load(Ordering::Relaxed)
+            && self.monitor.profile.lock().unwrap_or_else(|p| p.into_inner()).is_none()
     }
 
     fn count_experts(&self, n: usize) {
-        self.experts_launched.fetch_add(n, Ordering::Relaxed);
+        self.monitor.experts_launched.fetch_add(n, Ordering::Relaxed);
     }
 
     /// The kernels of `shape`: planned from the tuning DB and compiled (through the cubin cache) the
     /// first time a weight of that shape is loaded.
     fn shape_kernels(&self, shape: WeightShape) -> Result<Arc<ShapeKernels>> {
-        let mut shapes = self.shapes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut shapes = self.weights.shapes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(k) = shapes.get(&shape) {
             return Ok(k.clone());
         }
-        let p = plan(&self.db, &self.env, self.gpu.arch, &shape, self.mode);
+        let p = plan(&self.tuning.db, &self.tuning.env, self.gpu.arch, &shape, self.tuning.mode);
         // Tuned variants were checked when chosen; this catches a default that cannot run here.
         let arch = self.gpu.arch;
         if let Err(why) = p.general.variant.check_on(arch) {
@@ -289,7 +302,7 @@ impl CudaBackend {
         }
         let variants: Vec<DenseVariant> = p.variants();
         let mut functions = HashMap::new();
-        for (v, compiled) in compile_all_for(&variants, |v| v.compile_arch(arch), self.cache.as_ref(), |_| {}) {
+        for (v, compiled) in compile_all_for(&variants, |v| v.compile_arch(arch), self.tuning.cubins.as_ref(), |_| {}) {
             functions.insert(v, self.gpu.load(&compiled?)?);
         }
         let k = Arc::new(ShapeKernels::new(shape, p, functions));
@@ -316,27 +329,28 @@ impl CudaBackend {
     /// variant for these head sizes, else [`MlaDecode::default_for`] the GPU; for f32, the f32 family.
     fn load_mla(&self, h: Heads) -> Result<()> {
         if h.kv == KvDtype::F32 {
-            if self.mla_f32.get().is_none() {
-                let _ = self.mla_f32.set(Arc::new(MlaF32Kernels::load(&self.gpu, self.cache.as_ref())?));
+            if self.attention.mla_f32.get().is_none() {
+                let _ =
+                    self.attention.mla_f32.set(Arc::new(MlaF32Kernels::load(&self.gpu, self.tuning.cubins.as_ref())?));
             }
             return Ok(());
         }
-        if self.mla.get().is_some() {
+        if self.attention.mla.get().is_some() {
             return Ok(());
         }
         let arch = self.gpu.arch;
-        let tuned = || kdtree_jit::tune::mla::tuned_variant(&self.db, &self.env, arch, &h.mla);
-        let decode = self.mla_variant.or_else(tuned).unwrap_or_else(|| MlaDecode::default_for(&Target { arch }));
-        let kernels = Arc::new(MlaKernels::load(&self.gpu, decode, self.cache.as_ref())?);
-        let _ = self.mla.set(kernels);
+        let tuned = || kdtree_jit::tune::mla::tuned_variant(&self.tuning.db, &self.tuning.env, arch, &h.mla);
+        let decode = self.attention.variant.or_else(tuned).unwrap_or_else(|| MlaDecode::default_for(&Target { arch }));
+        let kernels = Arc::new(MlaKernels::load(&self.gpu, decode, self.tuning.cubins.as_ref())?);
+        let _ = self.attention.mla.set(kernels);
         Ok(())
     }
 
     /// The kernels of a cache of `kv`, once a model with such a cache is loaded.
     fn latent_kernels(&self, kv: KvDtype) -> Option<LatentKernels> {
         match kv {
-            KvDtype::Bf16 => self.mla.get().cloned().map(LatentKernels::Bf16),
-            KvDtype::F32 => self.mla_f32.get().cloned().map(LatentKernels::F32),
+            KvDtype::Bf16 => self.attention.mla.get().cloned().map(LatentKernels::Bf16),
+            KvDtype::F32 => self.attention.mla_f32.get().cloned().map(LatentKernels::F32),
         }
     }
 
@@ -349,12 +363,12 @@ impl CudaBackend {
 
     /// The MLA decode variant the backend runs, once a model is loaded.
     pub fn mla_variant(&self) -> Option<MlaDecode> {
-        self.mla.get().map(|k| *k.variant())
+        self.attention.mla.get().map(|k| *k.variant())
     }
 
     /// The f32 MLA variant the backend runs, once an f32 model is loaded.
     pub fn mla_f32_variant(&self) -> Option<kdtree_jit::mla_f32::MlaF32> {
-        self.mla_f32.get().map(|k| *k.variant())
+        self.attention.mla_f32.get().map(|k| *k.variant())
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {

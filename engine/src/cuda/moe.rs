@@ -81,7 +81,7 @@ impl CudaExperts {
             Ok(v) => Experts::Grouped(Box::new(Grouped::upload(b, v, e.experts)?)),
             Err(why) => {
                 eprintln!("note: {name}: the routed experts run one launch chain per expert: {why}");
-                b.host_synced.store(true, std::sync::atomic::Ordering::Relaxed);
+                b.monitor.host_synced.store(true, std::sync::atomic::Ordering::Relaxed);
                 let experts = e
                     .experts
                     .into_iter()
@@ -130,7 +130,7 @@ fn grouped_variant(b: &CudaBackend, e: &HostExperts, hidden: usize) -> std::resu
         HostLinear::Int4(q) => Some((q.n, q.k, q.group_size, q.scales.dtype)),
         HostLinear::Dense(_) => None,
     };
-    let chosen = match b.moe {
+    let chosen = match b.weights.moe {
         super::MoeKernels::PerExpert => return Err("asked for by the options (MoeKernels::PerExpert)".into()),
         super::MoeKernels::Grouped(v) => v,
     };
@@ -170,11 +170,12 @@ fn grouped_variant(b: &CudaBackend, e: &HostExperts, hidden: usize) -> std::resu
             top_k: dim(e.routing.top_k)?,
             routing: RoutingDist::Uniform,
         };
-        let tokens = match b.mode {
+        let tokens = match b.tuning.mode {
             super::Mode::Exact { m } => dim(m).unwrap_or(u32::MAX),
             super::Mode::Fast => *T_BUCKETS.last().expect("buckets"),
         };
-        let found = kdtree_jit::tune::moe::best_grouped(&b.db, &b.env, &target, &layer, (group, dtype), tokens);
+        let found =
+            kdtree_jit::tune::moe::best_grouped(&b.tuning.db, &b.tuning.env, &target, &layer, (group, dtype), tokens);
         found.map(|(v, _)| v)
     };
     let v = chosen.or_else(tuned).unwrap_or_else(|| W4a16Grouped::default_for(dtype, group, &target));
@@ -217,7 +218,7 @@ impl Grouped {
         }
         // Each layer loads its own module of the variant (the cubin comes from the disk cache after
         // the first layer).
-        let kernel = GroupedKernel::compile(b.gpu(), v, b.cache.as_ref())?;
+        let kernel = GroupedKernel::compile(b.gpu(), v, b.tuning.cubins.as_ref())?;
         Ok(Grouped {
             gate_up: Stacked::upload(b, &v, gate_up)?,
             down: Stacked::upload(b, &v, down)?,
@@ -288,7 +289,7 @@ fn grouped_tokens(
     let bm = g.kernel.variant().bm as usize;
     let mut a = kdtree_kernels::Alignment::new(k, assignments, experts, bm)?;
     kdtree_kernels::moe_align(k, &ids, &mut a)?;
-    if b.profile.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+    if b.monitor.profile.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
         // Profiling only: the one read-back of the routing, for the experts-touched count.
         let meta = b.stream().clone_dtoh(&a.meta)?;
         if meta[2] > 0 {

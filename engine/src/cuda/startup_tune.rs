@@ -165,10 +165,11 @@ impl CudaBackend {
         progress: &mut (dyn FnMut(Progress<'_>) + Send),
     ) -> Result<Option<TuneSummary>> {
         let weights = int4_weights(dir)?;
-        let missing = missing(&weights, self.moe, self.mode, &self.db, &self.env, self.gpu.arch);
+        let missing =
+            missing(&weights, self.weights.moe, self.tuning.mode, &self.tuning.db, &self.tuning.env, self.gpu.arch);
         let gpu = &self.gpu;
         let open = || Session::open(gpu, FlushMode::Read);
-        tune(open, &mut self.db, &self.db_path, self.cache.as_ref(), &missing, budget, progress)
+        tune(open, &mut self.tuning.db, &self.tuning.db_path, self.tuning.cubins.as_ref(), &missing, budget, progress)
     }
 }
 

@@ -48,7 +48,7 @@ pub fn choose(b: &CudaBackend, shape: DenseShape, mode: Mode) -> Option<Dense16>
         Mode::Fast => 1,
     };
     let (n, k) = (u32::try_from(shape.n).ok()?, u32::try_from(shape.k).ok()?);
-    let v = tuned_variant(&b.db, &b.env, b.gpu.arch, Shape { n, k }, shape.dtype, m as u32)?;
+    let v = tuned_variant(&b.tuning.db, &b.tuning.env, b.gpu.arch, Shape { n, k }, shape.dtype, m as u32)?;
     v.unsupported(1, shape.n, shape.k).is_none().then_some(v)
 }
 
@@ -86,12 +86,12 @@ impl CudaBackend {
     /// The streamed kernel of `shape`, chosen ([`choose`]) and compiled the first time a weight of
     /// that shape is loaded; `None` where cuBLAS runs it.
     pub(super) fn streamed_kernel(&self, shape: DenseShape) -> Result<Option<Arc<Dense16Kernel>>> {
-        let mut shapes = self.streamed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut shapes = self.weights.streamed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(k) = shapes.get(&shape) {
             return Ok(k.clone());
         }
-        let kernel = match choose(self, shape, self.mode) {
-            Some(v) => Some(Arc::new(Dense16Kernel::compile(&self.gpu, v, self.cache.as_ref())?)),
+        let kernel = match choose(self, shape, self.tuning.mode) {
+            Some(v) => Some(Arc::new(Dense16Kernel::compile(&self.gpu, v, self.tuning.cubins.as_ref())?)),
             None => None,
         };
         shapes.insert(shape, kernel.clone());
@@ -100,7 +100,7 @@ impl CudaBackend {
 
     /// Every dense weight shape loaded so far and the streamed variant it runs (`None`: cuBLAS).
     pub fn streamed_plans(&self) -> Vec<(DenseShape, Option<Dense16>)> {
-        let shapes = self.streamed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let shapes = self.weights.streamed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         shapes.iter().map(|(s, k)| (*s, k.as_ref().map(|k| *k.variant()))).collect()
     }
 }
