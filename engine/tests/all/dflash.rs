@@ -27,6 +27,9 @@ struct Case {
     name: String,
     /// Keys set in the drafter's `dflash_config` for this case.
     dflash_config: serde_json::Map<String, serde_json::Value>,
+    /// Keys set at the root of the drafter's config for this case (`rope_scaling`).
+    #[serde(default)]
+    config: serde_json::Map<String, serde_json::Value>,
     rounds: Vec<Round>,
 }
 
@@ -42,7 +45,7 @@ struct Round {
 /// The bound on the largest logit difference, as a share of the logits' largest magnitude. Both sides
 /// compute in f32 from the same bf16 weights and the same taps, so only the order of the sums differs
 /// (PyTorch's blocked GEMMs against the engine's fixed-order dot), through two layers: measured 2.3e-6
-/// (plain) and 2.9e-6 (scaled). 1e-4 leaves room for that; a structural slip fails it and top-1 both
+/// (plain), 2.9e-6 (scaled) and 2.6e-6 (yarn). 1e-4 leaves room for that; a structural slip fails it and top-1 both
 /// (rotating adjacent pairs instead of half-split ones changes the first depth's token).
 const BOUND: f64 = 1e-4;
 
@@ -91,12 +94,18 @@ fn argmax(row: &[f32]) -> usize {
 /// reference's wherever the reference's own margin between its first two exceeds twice that.
 fn matches_the_reference<B: Backend>(target: &Model<B>, bound: f64) {
     let f = fixture();
+    let names: Vec<&str> = f.cases.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["plain", "scaled", "yarn"]);
     let vocab = target.config.vocab_size;
     let mut decided = 0;
     for case in &f.cases {
-        let dir = drafter_with(|c| c["dflash_config"].as_object_mut().unwrap().extend(case.dflash_config.clone()));
+        let dir = drafter_with(|c| {
+            c["dflash_config"].as_object_mut().unwrap().extend(case.dflash_config.clone());
+            c.as_object_mut().unwrap().extend(case.config.clone());
+        });
         let drafter = DflashModel::load(dir.path(), target).unwrap();
         assert_eq!(drafter.config.block_size, f.block_size);
+        assert_eq!(drafter.config.rope_scaling.is_some(), case.config.contains_key("rope_scaling"), "{}", case.name);
         let mut ctx = drafter.new_context().unwrap();
         let scale = case.rounds.iter().flat_map(|r| r.logits.iter().flatten()).fold(0f64, |m, v| m.max(v.abs()));
         let mut rows = Vec::new();
