@@ -2,8 +2,8 @@
 //! that pad a block, latent 32..=512, rope 0..=64), contexts (none, a few entries, thousands: many
 //! tiles a split), row counts (two mask words past 32), masks (causal, full, draft trees, random bits
 //! in which a row may see nothing) and page sizes, inputs rounded to bf16; one random row of each case
-//! decoded alone over its compact sequence, bit for bit; and absorb and unabsorb against their
-//! references on random shapes. Run on a GPU machine:
+//! decoded alone over its compact sequence, bit for bit; the f32 family on the same launches; and
+//! absorb and unabsorb against their references on random shapes. Run on a GPU machine:
 //! `cargo test --release -p kdtree-fuzz --test gpu_mla -- --ignored`.
 
 use kdtree_fuzz::each_variant;
@@ -11,6 +11,7 @@ use kdtree_jit::mla::reference::{Weights, absorb_query, attention, unabsorb_outp
 use kdtree_jit::mla::{
     AuxKernel, MlaAux, MlaDecode, MlaKernel, MlaShape, NewMask, absorb_host, mla_host, unabsorb_host,
 };
+use kdtree_jit::mla_f32::{MlaF32, MlaF32Kernel, attention_host};
 use kdtree_jit::{Gpu, Target, Variant};
 use kdtree_quant::Dtype;
 use kdtree_quant::sample::symmetric;
@@ -141,6 +142,58 @@ fn every_valid_decode_variant_matches_the_reference() {
     let (e, name) = each_variant(&variants, |v| v.compile_arch(gpu.arch), load, 4, strategy, check);
     println!(
         "{} variants, 4 random launches each, within tolerance; worst {e:.3} of the bound ({name})",
+        variants.len()
+    );
+}
+
+/// The f32 family (an f32 checkpoint's attention, [`MlaF32`]) on the same random launches, f32 inputs:
+/// within f32 rounding of the reference with f32 weights (kdtree-jit's tests/gpu_mla_f32.rs's bound,
+/// 1e-5 of the largest latent magnitude: sums in another order over at most a few thousand terms, and
+/// exp2f's 2 ulp; one bf16 rounding anywhere would be 4e-3), rows that see nothing zeros, and one
+/// random row decoded alone over its compact sequence bit for bit.
+#[test]
+#[ignore = "needs a GPU"]
+fn the_f32_family_matches_the_reference_on_random_launches() {
+    let gpu = Gpu::open(0).expect("a GPU");
+    let variants = MlaF32::valid(&Target { arch: gpu.arch });
+    assert!(!variants.is_empty());
+    let load = |v, c: &_| MlaF32Kernel::load(&gpu, v, c).expect("loads");
+    let strategy = |_: &_| (launch(), (any::<Index>(), select(vec![1usize, 16, 128])));
+    let check = |k: &MlaF32Kernel, (l, (alone, alone_page)): (Launch, (Index, usize))| {
+        let (s, w) = (&l.s, l.s.width());
+        let q = symmetric(l.n * s.heads * w, l.seed, l.q_amp);
+        let kv = symmetric((l.past + l.n) * w, l.seed ^ 1, 1.0);
+        let want = attention(&q, &kv, l.past, &l.mask, s, Weights::F32);
+        let got = attention_host(&gpu, k, s, &q, &kv, l.past, &l.mask, l.page).expect("runs");
+        let bound = 1e-5 * kv.chunks_exact(w).flat_map(|e| &e[..s.latent]).fold(0f32, |m, x| m.max(x.abs()));
+        let row_len = s.heads * s.latent;
+        let mut worst = 0f32;
+        let mut seeing = Vec::new();
+        for (i, (g, r)) in got.chunks_exact(row_len).zip(want.chunks_exact(row_len)).enumerate() {
+            if l.mask.compact(l.past, l.n, i).next().is_none() {
+                prop_assert!(g.iter().chain(r).all(|&x| x == 0.0), "row {} sees nothing but is not zeros", i);
+                continue;
+            }
+            seeing.push(i);
+            let e = g.iter().zip(r).fold(0f32, |m, (g, r)| m.max((g - r).abs()));
+            prop_assert!(e <= bound, "row {}: {:e} from the reference (bound {:.2e})", i, e, bound);
+            worst = worst.max(e / bound);
+        }
+        if !seeing.is_empty() {
+            let i = seeing[alone.index(seeing.len())];
+            let seq = l.mask.compact(l.past, l.n, i).collect::<Vec<_>>();
+            let alone_kv: Vec<f32> = seq.iter().flat_map(|&t| kv[t * w..][..w].iter().copied()).collect();
+            let row_q = &q[i * s.heads * w..][..s.heads * w];
+            let one = attention_host(&gpu, k, s, row_q, &alone_kv, seq.len() - 1, &NewMask::Causal, alone_page)
+                .expect("runs alone");
+            let same = one.iter().zip(&got[i * row_len..][..row_len]).all(|(a, b)| a.to_bits() == b.to_bits());
+            prop_assert!(same, "row {} differs from the same row decoded alone", i);
+        }
+        Ok(worst)
+    };
+    let (e, name) = each_variant(&variants, |_| gpu.arch, load, 16, strategy, check);
+    println!(
+        "{} f32 variants, 16 random launches each, within f32 rounding; worst {e:.3} of the bound ({name})",
         variants.len()
     );
 }
