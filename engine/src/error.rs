@@ -99,12 +99,6 @@ pub enum EngineError {
     #[error(transparent)]
     Gpu(#[from] kdtree_jit::Error),
 
-    #[error("CUDA driver: {0}")]
-    Driver(#[from] cudarc::driver::DriverError),
-
-    #[error("cuBLAS: {0}")]
-    Cublas(#[from] cudarc::cublas::result::CublasError),
-
     #[error(transparent)]
     Kernel(#[from] kdtree_kernels::Error),
 
@@ -134,4 +128,37 @@ pub enum EngineError {
     InvalidArgument(String),
 }
 
+/// The driver's and cuBLAS's errors have one variant each, kdtree-jit's ([`kdtree_jit::Error::Driver`],
+/// [`kdtree_jit::Error::Cublas`]), reached through [`EngineError::Gpu`]: one cause, one variant.
+impl From<cudarc::driver::DriverError> for EngineError {
+    fn from(e: cudarc::driver::DriverError) -> EngineError {
+        EngineError::Gpu(e.into())
+    }
+}
+
+impl From<cudarc::cublas::result::CublasError> for EngineError {
+    fn from(e: cudarc::cublas::result::CublasError) -> EngineError {
+        EngineError::Gpu(e.into())
+    }
+}
+
 pub type Result<T> = std::result::Result<T, EngineError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudarc::cublas::{result::CublasError, sys::cublasStatus_t};
+    use cudarc::driver::{DriverError, sys::CUresult};
+
+    #[test]
+    fn driver_and_cublas_errors_have_one_variant_each_kdtree_jits() {
+        // Matched, not displayed: their messages come from the CUDA libraries, absent here.
+        let driver = EngineError::from(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert!(matches!(
+            driver,
+            EngineError::Gpu(kdtree_jit::Error::Driver(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)))
+        ));
+        let blas = EngineError::from(CublasError(cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED));
+        assert!(matches!(blas, EngineError::Gpu(kdtree_jit::Error::Cublas(_))));
+    }
+}
