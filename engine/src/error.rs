@@ -105,6 +105,10 @@ pub enum EngineError {
     #[error(transparent)]
     Tuning(#[from] kdtree_jit::tune::error::TuneError),
 
+    /// An op's operands do not fit together (rows, widths, indices): the op and what was wrong.
+    #[error("{op}: {reason}")]
+    Shape { op: &'static str, reason: String },
+
     #[error("no W4A16 kernel for the {shape} weights: {reason}")]
     NoKernel { shape: String, reason: String },
 
@@ -139,6 +143,13 @@ impl From<cudarc::driver::DriverError> for EngineError {
 impl From<cudarc::cublas::result::CublasError> for EngineError {
     fn from(e: cudarc::cublas::result::CublasError) -> EngineError {
         EngineError::Gpu(e.into())
+    }
+}
+
+impl EngineError {
+    /// [`EngineError::Shape`] of `op`.
+    pub(crate) fn shape(op: &'static str, reason: String) -> EngineError {
+        EngineError::Shape { op, reason }
     }
 }
 

@@ -139,7 +139,7 @@ pub struct CpuAbsorb(pub(crate) Vec<f32>);
 impl CpuAbsorb {
     pub(crate) fn new(name: &str, kv_b: &HostLinear, h: Heads) -> Result<CpuAbsorb> {
         if kv_b.n() != h.mla.heads * (h.mla.nope + h.mla.v) || kv_b.k() != h.mla.latent {
-            return Err(shape_error(
+            return Err(EngineError::shape(
                 "absorb",
                 format!(
                     "{name} is [{}, {}], MLA needs [{}, {}]",
@@ -171,16 +171,12 @@ pub(crate) fn absorbed_attention(
     mla::unabsorb_output(&mla::attention(&q_lat, entries, past, mask.new_mask(), &s, h.kv.weights()), kv_b, &s)
 }
 
-fn shape_error(op: &str, reason: String) -> EngineError {
-    EngineError::InvalidArgument(format!("{op}: {reason}"))
-}
-
 /// How many rows of `cols` values `len` values make; an error of `op` unless whole rows of a positive
 /// width.
-pub(crate) fn whole_rows(op: &str, len: usize, cols: usize) -> Result<usize> {
+pub(crate) fn whole_rows(op: &'static str, len: usize, cols: usize) -> Result<usize> {
     match len.checked_div(cols) {
         Some(rows) if rows * cols == len => Ok(rows),
-        _ => Err(shape_error(op, format!("{len} values are not whole rows of {cols}"))),
+        _ => Err(EngineError::shape(op, format!("{len} values are not whole rows of {cols}"))),
     }
 }
 
@@ -195,7 +191,7 @@ fn linear(x: &[f32], m: usize, w: &HostLinear) -> Result<Vec<f32>> {
 /// [`Backend::silu_mul`] on the CPU (f32, whatever reads it next): also the sharded backend's.
 pub(crate) fn silu_mul_rows(x: &CpuTensor) -> Result<CpuTensor> {
     if !x.cols.is_multiple_of(2) {
-        return Err(shape_error("silu_mul", format!("rows of {} do not split in halves", x.cols)));
+        return Err(EngineError::shape("silu_mul", format!("rows of {} do not split in halves", x.cols)));
     }
     Ok(CpuTensor { data: silu_mul_halves(&x.data, x.cols), cols: x.cols / 2 })
 }
@@ -256,7 +252,7 @@ impl Backend for CpuBackend {
 
     fn embedding(&self, table: &HostLinear, batch: &CpuBatch) -> Result<CpuTensor> {
         let HostLinear::Dense(t) = table else {
-            return Err(shape_error("embedding", "the table is INT4; embeddings must be dense".into()));
+            return Err(EngineError::shape("embedding", "the table is INT4; embeddings must be dense".into()));
         };
         let mut data = Vec::with_capacity(batch.tokens.len() * t.k);
         for &id in &batch.tokens {
@@ -270,7 +266,10 @@ impl Backend for CpuBackend {
 
     fn rmsnorm(&self, x: &CpuTensor, weight: &Vec<f32>, eps: f32) -> Result<CpuTensor> {
         if x.cols != weight.len() {
-            return Err(shape_error("rmsnorm", format!("rows of {} against a weight of {}", x.cols, weight.len())));
+            return Err(EngineError::shape(
+                "rmsnorm",
+                format!("rows of {} against a weight of {}", x.cols, weight.len()),
+            ));
         }
         let mut out = vec![0f32; x.data.len()];
         cpu::rmsnorm(&x.data, weight, eps, &mut out);
@@ -283,7 +282,7 @@ impl Backend for CpuBackend {
 
     fn add_assign(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {
         if x.data.len() != y.data.len() {
-            return Err(shape_error("add", format!("{} and {} values", x.data.len(), y.data.len())));
+            return Err(EngineError::shape("add", format!("{} and {} values", x.data.len(), y.data.len())));
         }
         x.data.iter_mut().zip(&y.data).for_each(|(a, b)| *a += b);
         Ok(())
@@ -300,20 +299,21 @@ impl Backend for CpuBackend {
 
     fn columns(&self, x: &CpuTensor, start: usize, len: usize) -> Result<CpuTensor> {
         if start + len > x.cols {
-            return Err(shape_error("columns", format!("{start}..{} of rows of {}", start + len, x.cols)));
+            return Err(EngineError::shape("columns", format!("{start}..{} of rows of {}", start + len, x.cols)));
         }
         let data = x.data.chunks_exact(x.cols).flat_map(|r| r[start..start + len].iter().copied()).collect();
         Ok(CpuTensor { data, cols: len })
     }
 
     fn zeros(&self, rows: usize, cols: usize) -> Result<CpuTensor> {
-        let len = rows.checked_mul(cols).ok_or_else(|| shape_error("zeros", format!("{rows} rows of {cols}")))?;
+        let len =
+            rows.checked_mul(cols).ok_or_else(|| EngineError::shape("zeros", format!("{rows} rows of {cols}")))?;
         Ok(CpuTensor { data: vec![0.0; len], cols })
     }
 
     fn place_columns(&self, dst: &mut CpuTensor, start: usize, x: &CpuTensor) -> Result<()> {
         if x.cols == 0 || start + x.cols > dst.cols || x.rows() != dst.rows() {
-            return Err(shape_error(
+            return Err(EngineError::shape(
                 "place_columns",
                 format!("[{}, {}] at column {start} of [{}, {}]", x.rows(), x.cols, dst.rows(), dst.cols),
             ));
@@ -326,7 +326,7 @@ impl Backend for CpuBackend {
 
     fn select_rows(&self, x: &CpuTensor, rows: &[usize]) -> Result<CpuTensor> {
         if let Some(&row) = rows.iter().find(|&&r| r >= x.rows()) {
-            return Err(shape_error("select_rows", format!("row {row} of {}", x.rows())));
+            return Err(EngineError::shape("select_rows", format!("row {row} of {}", x.rows())));
         }
         let data = rows.iter().flat_map(|&r| x.data[r * x.cols..][..x.cols].iter().copied()).collect();
         Ok(CpuTensor { data, cols: x.cols })
@@ -335,7 +335,7 @@ impl Backend for CpuBackend {
     fn rope(&self, x: &mut CpuTensor, span: RopeSpan, cos: &Vec<f32>, sin: &Vec<f32>, batch: &CpuBatch) -> Result<()> {
         let RopeSpan { stride, offset, dim, layout } = span;
         if stride == 0 || !x.cols.is_multiple_of(stride) || offset + dim > stride || x.rows() != batch.positions.len() {
-            return Err(shape_error("rope", format!("{span:?} over {} rows of {}", x.rows(), x.cols)));
+            return Err(EngineError::shape("rope", format!("{span:?} over {} rows of {}", x.rows(), x.cols)));
         }
         // The rotary part of every head, gathered, rotated and put back.
         let mut part: Vec<f32> = x.data.chunks_exact(stride).flat_map(|h| h[offset..offset + dim].to_vec()).collect();
@@ -359,7 +359,7 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         let h = cache.heads();
         if latent.cols != h.mla.latent || k_rope.cols != h.mla.rope || latent.rows() != k_rope.rows() {
-            return Err(shape_error(
+            return Err(EngineError::shape(
                 "kv_append",
                 format!(
                     "latent rows of {}, k_rope rows of {} (want {} and {})",
@@ -384,7 +384,7 @@ impl Backend for CpuBackend {
         let (past, n) = (cache.len(), batch.mask.len());
         let entries = cache.layer(layer);
         if q.data.len() != n * h.mla.heads * h.qk() || entries.len() != (past + n) * h.width() {
-            return Err(shape_error(
+            return Err(EngineError::shape(
                 "attention",
                 format!(
                     "q of {} values, a layer of {} values, for {n} new entries after {past}",
@@ -403,7 +403,7 @@ impl Backend for CpuBackend {
 
     fn append_rows(&self, rows: &mut CpuTensor, x: &CpuTensor) -> Result<()> {
         if x.cols != rows.cols {
-            return Err(shape_error("append_rows", format!("rows of {} onto rows of {}", x.cols, rows.cols)));
+            return Err(EngineError::shape("append_rows", format!("rows of {} onto rows of {}", x.cols, rows.cols)));
         }
         rows.data.extend_from_slice(&x.data);
         Ok(())
@@ -471,7 +471,8 @@ mod tests {
         }
         assert!(b.place_columns(&mut taps, 0, &b.zeros(0, 0).unwrap()).is_err());
         assert_eq!(taps.data, want);
-        assert!(b.select_rows(&taps, &[0, 3]).unwrap_err().to_string().contains("row 3 of 3"));
+        let e = b.select_rows(&taps, &[0, 3]).unwrap_err();
+        assert!(matches!(&e, EngineError::Shape { op: "select_rows", reason } if reason == "row 3 of 3"), "{e}");
         assert!(b.zeros(usize::MAX, 2).is_err());
     }
 

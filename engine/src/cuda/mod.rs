@@ -396,10 +396,6 @@ fn attention() -> String {
     "attention".to_owned()
 }
 
-fn shape_error(op: &str, reason: String) -> EngineError {
-    EngineError::InvalidArgument(format!("{op}: {reason}"))
-}
-
 impl Backend for CudaBackend {
     type Tensor = CudaTensor;
     type Vector = cudarc::driver::CudaSlice<f32>;
@@ -473,7 +469,7 @@ impl Backend for CudaBackend {
                     kdtree_kernels::gather_rows_f32(&self.kernels, w, *k, &batch.tokens, 0, batch.n, &mut out.data)?
                 }
                 CudaLinear::Int4 { .. } => {
-                    return Err(shape_error("embedding", "the table is INT4; embeddings must be dense".into()));
+                    return Err(EngineError::shape("embedding", "the table is INT4; embeddings must be dense".into()));
                 }
             }
             Ok(out)
@@ -507,7 +503,7 @@ impl Backend for CudaBackend {
     /// Rounded to bf16 (what a 16-bit or INT4 `down` reads anyway), or kept f32 for an f32 `down`.
     fn silu_mul(&self, x: &CudaTensor, down: &CudaLinear) -> Result<CudaTensor> {
         if !x.cols.is_multiple_of(2) {
-            return Err(shape_error("silu_mul", format!("rows of {} do not split in halves", x.cols)));
+            return Err(EngineError::shape("silu_mul", format!("rows of {} do not split in halves", x.cols)));
         }
         if down.half_dtype().is_none() {
             return self.timed(rest, || silu_mul_f32(self, x));
@@ -535,13 +531,14 @@ impl Backend for CudaBackend {
     }
 
     fn zeros(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
-        let len = rows.checked_mul(cols).ok_or_else(|| shape_error("zeros", format!("{rows} rows of {cols}")))?;
+        let len =
+            rows.checked_mul(cols).ok_or_else(|| EngineError::shape("zeros", format!("{rows} rows of {cols}")))?;
         Ok(CudaTensor { data: self.stream().alloc_zeros(len.max(1))?, rows, cols })
     }
 
     fn place_columns(&self, dst: &mut CudaTensor, start: usize, x: &CudaTensor) -> Result<()> {
         if x.rows != dst.rows {
-            return Err(shape_error("place_columns", format!("{} rows into {}", x.rows, dst.rows)));
+            return Err(EngineError::shape("place_columns", format!("{} rows into {}", x.rows, dst.rows)));
         }
         self.timed(rest, || {
             Ok(kdtree_kernels::place_cols(&self.kernels, &x.data, x.cols, &mut dst.data, dst.cols, start)?)
@@ -550,7 +547,7 @@ impl Backend for CudaBackend {
 
     fn select_rows(&self, x: &CudaTensor, rows: &[usize]) -> Result<CudaTensor> {
         if let Some(&row) = rows.iter().find(|&&r| r >= x.rows) {
-            return Err(shape_error("select_rows", format!("row {row} of {}", x.rows)));
+            return Err(EngineError::shape("select_rows", format!("row {row} of {}", x.rows)));
         }
         if rows.is_empty() {
             return self.tensor(0, x.cols);
@@ -573,7 +570,7 @@ impl Backend for CudaBackend {
         batch: &CudaBatch,
     ) -> Result<()> {
         if x.rows != batch.n {
-            return Err(shape_error("rope", format!("{} rows for a batch of {}", x.rows, batch.n)));
+            return Err(EngineError::shape("rope", format!("{} rows for a batch of {}", x.rows, batch.n)));
         }
         self.timed(rest, || ops::rope(&self.kernels, &mut x.data, x.cols, span, &batch.positions, cos, sin))
     }
@@ -589,7 +586,7 @@ impl Backend for CudaBackend {
         let h = cache.heads;
         if latent.rows != batch.n || k_rope.rows != batch.n || latent.cols != h.mla.latent || k_rope.cols != h.mla.rope
         {
-            return Err(shape_error(
+            return Err(EngineError::shape(
                 "kv_append",
                 format!(
                     "latent [{}, {}] and k_rope [{}, {}] for a batch of {}",
@@ -598,7 +595,7 @@ impl Backend for CudaBackend {
             ));
         }
         if layer >= cache.layers {
-            return Err(shape_error("kv_append", format!("no layer {layer}")));
+            return Err(EngineError::shape("kv_append", format!("no layer {layer}")));
         }
         // The kernel appends at the batch's `past`, which is the cache's length.
         cache.reserve(cache.len() + batch.n)?;
@@ -617,7 +614,7 @@ impl Backend for CudaBackend {
     ) -> Result<CudaTensor> {
         let h = cache.heads;
         if cache.len() + batch.n > cache.capacity() || layer >= cache.layers {
-            return Err(shape_error(
+            return Err(EngineError::shape(
                 "attention",
                 format!(
                     "layer {layer} of {}, {} entries, room for {}",

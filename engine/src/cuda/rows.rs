@@ -3,8 +3,8 @@
 
 use cudarc::driver::CudaSlice;
 
-use super::{CudaBackend, CudaTensor, shape_error};
-use crate::error::Result;
+use super::{CudaBackend, CudaTensor};
+use crate::error::{EngineError, Result};
 use crate::registry::RowStore;
 
 /// Rows the first append makes room for at least, so that a round's few rows rarely reallocate.
@@ -39,7 +39,7 @@ impl CudaRows {
     /// Appends `x`'s rows; when they do not fit, the rows move once to a buffer of twice the room.
     pub(super) fn append(&mut self, b: &CudaBackend, x: &CudaTensor) -> Result<()> {
         if x.cols != self.cols {
-            return Err(shape_error("append_rows", format!("rows of {} onto rows of {}", x.cols, self.cols)));
+            return Err(EngineError::shape("append_rows", format!("rows of {} onto rows of {}", x.cols, self.cols)));
         }
         let (held, need) = (self.rows * self.cols, (self.rows + x.rows) * self.cols);
         let s = b.stream();

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::ddtree_common::{Script, Scripted, assert_exact, greedy_text};
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, CudaTensor, MoeKernels};
+use kdtree_engine::cuda::{CudaBackend, CudaKv, CudaOptions, CudaTensor, MoeKernels};
 use kdtree_engine::registry::{Backend, KvStore};
 use kdtree_engine::spec::TreeLimits;
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
@@ -24,11 +24,9 @@ fn pair(dir: &Path) -> (Model<CudaBackend>, Model<CudaBackend>) {
     (load(dir, on.clone()), load(dir, CudaOptions { graphs: false, ..on }))
 }
 
-#[test]
-#[ignore = "needs a GPU"]
-fn replayed_forwards_give_the_ids_of_forwards_run_op_by_op() {
-    let dir = tempfile::tempdir().unwrap();
-    let (graphed, eager) = pair(dir.path());
+/// [`pair`]'s models, and a cache of each after the same 9-token prompt, whose ids agree.
+fn prefilled(dir: &Path) -> (Model<CudaBackend>, Model<CudaBackend>, CudaKv, CudaKv) {
+    let (graphed, eager) = pair(dir);
     let vocab = graphed.config.vocab_size as u32;
     let (mut a, mut b) = (graphed.new_cache(), eager.new_cache());
     let prompt: Vec<u32> = (0..9).map(|i| (i * 31 + 7) % vocab).collect();
@@ -37,6 +35,15 @@ fn replayed_forwards_give_the_ids_of_forwards_run_op_by_op() {
         graphed.forward_argmax(&mut a, &prompt, &positions, None).unwrap(),
         eager.forward_argmax(&mut b, &prompt, &positions, None).unwrap()
     );
+    (graphed, eager, a, b)
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn replayed_forwards_give_the_ids_of_forwards_run_op_by_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let (graphed, eager, mut a, mut b) = prefilled(dir.path());
+    let vocab = graphed.config.vocab_size as u32;
     // Trees of 6 nodes, step after step: the first runs op by op, the second is recorded, the rest
     // replay it with their own tokens, positions and cache length.
     let parents = [None, Some(0), Some(0), Some(1), Some(1), Some(2)];
@@ -63,13 +70,8 @@ fn replayed_forwards_give_the_ids_of_forwards_run_op_by_op() {
 #[ignore = "needs a GPU"]
 fn replayed_tapped_forwards_give_the_taps_of_forwards_run_op_by_op() {
     let dir = tempfile::tempdir().unwrap();
-    let (graphed, eager) = pair(dir.path());
+    let (graphed, eager, mut a, mut b) = prefilled(dir.path());
     let vocab = graphed.config.vocab_size as u32;
-    let (mut a, mut b) = (graphed.new_cache(), eager.new_cache());
-    let prompt: Vec<u32> = (0..9).map(|i| (i * 31 + 7) % vocab).collect();
-    let positions: Vec<usize> = (0..prompt.len()).collect();
-    graphed.forward_argmax(&mut a, &prompt, &positions, None).unwrap();
-    eager.forward_argmax(&mut b, &prompt, &positions, None).unwrap();
     let host = |m: &Model<CudaBackend>, t: Option<CudaTensor>| m.backend().to_host(&t.expect("taps")).unwrap();
     let mask = TreeMask::from_parents(&[None, Some(0), Some(0), Some(1)]);
     for (step, layers) in [[1, 0], [1, 0], [1, 0], [0, 1], [0, 1], [1, 0]].iter().enumerate() {
