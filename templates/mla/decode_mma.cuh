@@ -1,14 +1,16 @@
 // The mma.sync form (every arch). Warps: HB / 16 head groups of 16 heads (the MMA's M) times 2
 // halves. Both halves of a group compute S for half of the tile's keys, exchange row maxima, sums and
 // P through shared memory, then each accumulates O for half of the latent dims: with latent 512,
-// 16 x 256 f32 sums a warp (128 registers).
+// 16 x 256 f32 sums a warp (128 registers). An FP8 cache's tiles land in the ring as they are, and
+// every thread widens the tile's entries to the bf16 tile the warps read (mla/fp8.cuh), so the math
+// is the bf16 cache's on the values the FP8 entries hold.
 
 constexpr int WARPS = HB / 16 * 2;            // a pair of warps per head group
 constexpr int THREADS = WARPS * 32;
 constexpr int NS = BN / 16;                   // S's n8 tiles a warp computes: half of the tile's keys
 
 // q: [n, heads, width] bf16, the absorbed queries. table: page base pointers; logical entry t of
-// `layer` is at table[t >> page_shift] + ((layer << page_shift) + t % page) * width. past: one u32, the
+// `layer` is at table[t >> page_shift] + ((layer << page_shift) + t % page) * entry_bytes bytes. past: one u32, the
 // committed entries; the new rows' own entries are at past .. past + n. This launch runs rows row0 +
 // blockIdx.x; its workspace holds only theirs. part_o: [rows, MAX_SPLITS, heads, latent] f32,
 // unnormalised; part_ml: [rows, MAX_SPLITS, heads, 2] f32, the running max (base 2) and sum.
@@ -30,20 +32,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
     int start, end, ntiles;
     if (!split_range(past + vis_count, split, start, end, ntiles)) return;
 
-    // Shared memory: Q [HB][qs], KV [STAGES][BN][qs], P [HB][BN + 8] bf16, then row maxima and sums
+    // Shared memory: Q [HB][qs], the ring of STAGES tiles (bf16: [BN][qs]; FP8: [BN] entries as they
+    // are, then the bf16 tile [BN][qs] they widen to), P [HB][BN + 8] bf16, then row maxima and sums
     // [2 halves][HB] f32.
+    const int stride = entry_bytes(latent, rope);
+    const int tile_bytes = BN * qs * 2, row_bytes = KV_FP8 ? stride : qs * 2, slot_bytes = BN * row_bytes;
     const u32 q_s = smem_addr(smem);
     const u32 kv_s = q_s + HB * qs * 2;
-    const int tile_bytes = BN * qs * 2;
-    const u32 p_s = kv_s + STAGES * tile_bytes;
+    const u32 wide_s = kv_s + STAGES * slot_bytes;  // FP8: the widened tile
+    const u32 p_s = wide_s + (KV_FP8 ? tile_bytes : 0);
     constexpr int PS = BN + 8;  // P's row stride: conflict-free ldmatrix
-    u16* p_ptr = (u16*)((char*)smem + HB * qs * 2 + STAGES * tile_bytes);
+    u16* p_ptr = (u16*)((char*)smem + (p_s - q_s));
     float* red_max = (float*)(p_ptr + HB * PS);
     float* red_sum = red_max + 2 * HB;
 
     // Copies run row by row: LPR lanes share a row, each taking every LPR-th 16-byte piece, so a row's
     // source address (a page-table lookup for the cache) is worked out once, not per piece.
-    const int chunks = width / 8;  // 16-byte pieces of a row
+    const int chunks = width / 8;  // 16-byte pieces of a query row
+    const int pieces = stride / 16;  // of a cache entry
     const int lr = tid / LPR, lp = tid % LPR;
     // The query rows of this head group; heads past `heads` are zero (their scores are never stored).
     for (int h = lr; h < HB; h += THREADS / LPR) {
@@ -56,12 +62,31 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
         for (int r = lr; r < BN; r += THREADS / LPR) {
             const int ci = start + k * BN + r;
             const bool ok = ci < end;
-            const u16* src = q;
-            if (ok) src = entry_at(table, past, vis, ci, layer, page_shift, width);
-            const u32 dst = kv_s + slot * tile_bytes + r * qs * 2;
-            for (int piece = lp; piece < chunks; piece += LPR) cp_async16(dst + piece * 16, src + (ok ? piece * 8 : 0), ok);
+            const char* src = (const char*)q;
+            if (ok) src = entry_at(table, past, vis, ci, layer, page_shift, stride);
+            const u32 dst = kv_s + slot * slot_bytes + r * row_bytes;
+            for (int piece = lp; piece < pieces; piece += LPR) cp_async16(dst + piece * 16, src + (ok ? piece * 16 : 0), ok);
         }
     };
+{% if kv %}
+    // FP8: ring slot `slot`'s entries widened into the bf16 tile, 16 latent or 8 rope values a piece
+    // (zero-filled entries widen to zeros: their scale byte is 0).
+    auto widen_tile = [&](int slot) {
+        const char* ring = (const char*)smem + (kv_s - q_s) + slot * slot_bytes;
+        char* tile = (char*)smem + (wide_s - q_s);
+        const int lat = latent / 16, per_row = lat + rope / 8;
+        for (int i = tid; i < BN * per_row; i += THREADS) {
+            const int r = i / per_row, p = i % per_row;
+            const char* src = ring + r * stride;
+            u32* dst = (u32*)(tile + r * qs * 2);
+            if (p < lat) {
+                widen16(*(const uint4*)(src + p * 16), fp8_scale((unsigned char)src[latent + p / 2]), dst + p * 8);
+            } else {
+                *(uint4*)(dst + latent / 2 + (p - lat) * 4) = *(const uint4*)(src + stride - 2 * rope + (p - lat) * 16);
+            }
+        }
+    };
+{% endif %}
     // The ring: tiles 0 .. STAGES - 2 in flight (one commit group each, Q in the first) before the
     // loop waits for the first.
 #pragma unroll
@@ -85,7 +110,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
             if (k + STAGES - 1 < ntiles) load_tile(k + STAGES - 1, (k + STAGES - 1) % STAGES);
             cp_async_commit();  // an empty group near the end keeps the wait's count right
         }
-        const u32 kb = kv_s + (k % STAGES) * tile_bytes;
+        u32 kb = kv_s + (k % STAGES) * slot_bytes;
+{% if kv %}
+        widen_tile(k % STAGES);
+        __syncthreads();  // the widened tile is whole (every warp finished the last one before the barrier above)
+        kb = wide_s;
+{% endif %}
 
         // S = Q · KVᵀ for this warp's 16 heads and half of the keys, over the full width.
         float s[NS][4];

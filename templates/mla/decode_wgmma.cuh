@@ -104,7 +104,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
             const int ci = start + k * BN + cr + i * (COPIERS / LPR);
-            src[i] = k < ntiles && ci < end ? entry_at(table, past, vis, ci, layer, page_shift, width) : nullptr;
+            src[i] = k < ntiles && ci < end ? (const u16*)entry_at(table, past, vis, ci, layer, page_shift, 2 * width) : nullptr;
         }
     };
     auto load_tile = [&](int slot) {

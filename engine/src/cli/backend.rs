@@ -83,8 +83,10 @@ pub struct BackendArgs {
     #[arg(long, value_enum)]
     pub dtype: Option<ComputeDtype>,
     /// How the KV cache stores MLA's latent entries [default: f32 when the compute dtype (--dtype) is
-    /// f32, else bf16]. On the CPU either; on CUDA the KV dtype follows the compute dtype, whose
-    /// attention kernels read it.
+    /// f32, else bf16]. fp8: the latent in e4m3 with a power-of-two scale per 32 values, the rope key
+    /// in bf16 (656 bytes a token a layer at Kimi K2's sizes against bf16's 1152; its numerics differ
+    /// from bf16's: greedy tokens may part). On the CPU any; on CUDA f32 for an f32 compute dtype,
+    /// bf16 or fp8 (sm_89 and later) for bf16.
     #[arg(long, value_enum)]
     pub kv_dtype: Option<KvDtype>,
     /// Prompt tokens per forward of the prefill: a prompt of any length runs in causal chunks of
@@ -106,6 +108,16 @@ impl BackendArgs {
     pub fn configure<B: Backend>(&self, model: &mut Model<B>) -> anyhow::Result<String> {
         if let Some(kv) = self.kv_dtype {
             model.set_kv_dtype(kv).context("--kv-dtype")?;
+        }
+        if let (Some(v), Some(kv)) = (self.mla_variant, model.heads().kv.latent())
+            && v.kv != kv
+        {
+            anyhow::bail!(
+                "--mla-variant {} reads a{} cache, the model's is {} (--kv-dtype)",
+                kdtree_jit::Variant::name(&v),
+                if v.kv == kdtree_jit::mla::MlaKv::Fp8 { "n fp8" } else { " bf16" },
+                kv.name()
+            );
         }
         model.set_prefill_chunk(self.prefill_chunk)?;
         let h = model.heads();

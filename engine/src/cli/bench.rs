@@ -6,7 +6,7 @@ use clap::Args;
 use kdtree_engine::Config;
 use kdtree_engine::bench::{ContextRow, ForwardRow, ReadBytes, context_table, peak_rss, sweep, table};
 use kdtree_engine::generate::rate;
-use kdtree_engine::registry::{Backend, KvDtype, KvStore};
+use kdtree_engine::registry::{Backend, KvStore};
 use kdtree_engine::spec::{CostModel, DflashConfig, DflashDrafter, DflashModel, Drafter, round, sweep as spec_sweep};
 use kdtree_jit::tune::bench::Timing;
 use kdtree_jit::tune::clock::{Clock, CudaClock};
@@ -172,9 +172,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let kv_room = model.new_cache().max_tokens()?;
     let kv_per_token = model.heads().kv_bytes_per_token(c.num_hidden_layers);
-    let mla_variant = match model.heads().kv {
-        KvDtype::F32 => cuda.mla_f32_variant().map(|v| kdtree_jit::Variant::name(&v)),
-        KvDtype::Bf16 => cuda.mla_variant().map(|v| kdtree_jit::Variant::name(&v)),
+    let mla_variant = match model.heads().kv.latent() {
+        None => cuda.mla_f32_variant().map(|v| kdtree_jit::Variant::name(&v)),
+        Some(kv) => cuda.mla_variant(kv).map(|v| kdtree_jit::Variant::name(&v)),
     }
     .unwrap_or_default();
     let kv_line = format!("{kv_line}; attention {mla_variant}");

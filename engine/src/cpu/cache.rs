@@ -29,11 +29,14 @@ impl KvCache {
         &self.layers[i]
     }
 
-    /// Appends the new entries of layer `i`, rounded to the cache's dtype; [`Self::commit`] then
-    /// counts them.
+    /// Appends the new entries of layer `i` as the cache's dtype holds them
+    /// ([`crate::registry::KvDtype::store`]);
+    /// [`Self::commit`] then counts them.
     pub(crate) fn append(&mut self, i: usize, entries: impl IntoIterator<Item = f32>) {
-        let kv = self.heads.kv;
-        self.layers[i].extend(entries.into_iter().map(|x| kv.round(x)));
+        let (kv, width, latent) = (self.heads.kv, self.heads.width(), self.heads.mla.latent);
+        let start = self.layers[i].len();
+        self.layers[i].extend(entries);
+        self.layers[i][start..].chunks_mut(width).for_each(|e| kv.store(e, latent));
     }
 }
 
@@ -116,5 +119,23 @@ mod tests {
         c.append(0, [1.0 + 1.0 / 512.0, 3.0]);
         assert_eq!(c.layer(0), [1.0, 3.0]);
         assert_eq!(HEADS.kv_bytes_per_token(61), 61 * 2 * 4);
+    }
+
+    #[test]
+    fn an_fp8_cache_holds_each_entrys_quantized_values() {
+        let mla = MlaShape { heads: 1, nope: 1, rope: 16, v: 1, latent: 64, scale: 1.0 };
+        let heads = Heads { mla, kv: KvDtype::Fp8 };
+        let entries: Vec<f32> =
+            (0..2 * 80).map(|i| (i as f32 * 0.37).sin() * if i < 80 { 1.0 } else { 100.0 }).collect();
+        let mut c = KvCache::new(1, heads);
+        c.append(0, entries.iter().copied());
+        // Each entry is quantized on its own: the same values as one alone, scaled to its own range.
+        let mut first = entries[..80].to_vec();
+        kdtree_jit::mla::fp8::round_entry(&mut first, 64);
+        assert_eq!(c.layer(0)[..80], first[..]);
+        assert_ne!(c.layer(0)[..64], entries[..64]);
+        assert!(c.layer(0).iter().zip(&entries).all(|(a, b)| (a - b).abs() <= b.abs() / 16.0 + 100.0 * 2f32.powi(-9)));
+        // 64 codes, 2 scale bytes padded to 80, 16 bf16 rope values; 61 layers.
+        assert_eq!(heads.kv_bytes_per_token(61), 61 * 112);
     }
 }

@@ -1,8 +1,8 @@
 //! Absorbed MLA on the GPU: kdtree-jit's MLA family (the decode kernel and its fixed companions)
 //! called in the engine's types. A forward's attention is three launches a layer and a split
-//! combine: absorb (`q_nope · W_UK`, bf16), attention over the paged latent cache, unabsorb (`W_UV`).
-//! An f32 model's cache and attention are f32 ([`super::mla_f32`]); [`LatentKernels`] picks by the
-//! cache's dtype.
+//! combine: absorb (`q_nope · W_UK`, bf16), attention over the paged latent cache (bf16 or FP8
+//! entries), unabsorb (`W_UV`). An f32 model's cache and attention are f32 ([`super::mla_f32`]);
+//! [`LatentKernels`] picks by the cache's dtype.
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use kdtree_jit::kernel::Kernels;
 use kdtree_jit::mla::{
     AuxKernel, Companions, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaShape, PagedCache, shape_error,
 };
-use kdtree_jit::{Cache, Gpu, Target};
+use kdtree_jit::{Cache, Gpu};
 
 use super::mla_f32::MlaF32Kernels;
 use super::{CudaBackend, CudaBatch};
@@ -25,7 +25,8 @@ pub const PAGE_TOKENS: usize = 64;
 /// (K2: 31 rows of 64 heads x 64 splits), so a 1024-token prompt chunk costs no more than a tree.
 const WORKSPACE_BYTES: usize = 256 << 20;
 
-/// The MLA kernels of one GPU: the decode variant and the aux kernels.
+/// The MLA kernels of one GPU over one kind of cache: the decode variant and the aux kernels that
+/// write and read its entries.
 pub struct MlaKernels {
     pub(super) gpu: Gpu,
     decode: MlaKernel,
@@ -43,13 +44,13 @@ fn unsupported(h: Heads, reason: String) -> EngineError {
 }
 
 impl MlaKernels {
-    /// Compiles (through the cubin cache) and loads `decode` and the aux kernels for `gpu`.
+    /// Compiles (through the cubin cache) and loads `decode` and the aux kernels of its cache for
+    /// `gpu`.
     pub(super) fn load(gpu: &Gpu, decode: MlaDecode, cache: Option<&Cache>) -> Result<MlaKernels> {
-        let target = Target { arch: gpu.arch };
         Ok(MlaKernels {
             gpu: gpu.clone(),
             decode: MlaKernel::compile(gpu, decode, cache)?,
-            aux: AuxKernel::compile(gpu, MlaAux::default_for(&target), cache)?,
+            aux: AuxKernel::compile(gpu, MlaAux::beside(&decode), cache)?,
         })
     }
 
@@ -93,8 +94,8 @@ impl MlaKernels {
     }
 }
 
-/// A layer's `kv_b_proj` on the GPU, `[heads * (nope + v), latent]`, in the dtype of the KV cache the
-/// model was loaded with: the kernels of that dtype read it.
+/// A layer's `kv_b_proj` on the GPU, `[heads * (nope + v), latent]`, in the dtype the kernels of the
+/// model's KV cache read: bf16 for the tensor-core family (bf16 and FP8 caches), f32 for f32.
 pub enum CudaAbsorb {
     Bf16(CudaSlice<u16>),
     F32(CudaSlice<f32>),
@@ -108,26 +109,27 @@ impl CudaAbsorb {
         let f32s = CpuAbsorb::new(name, kv_b, h)?.0;
         Ok(match h.kv {
             KvDtype::F32 => CudaAbsorb::F32(b.stream().clone_htod(&f32s)?),
-            KvDtype::Bf16 => {
+            KvDtype::Bf16 | KvDtype::Fp8 => {
                 let bits: Vec<u16> = f32s.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect();
                 CudaAbsorb::Bf16(b.stream().clone_htod(&bits)?)
             }
         })
     }
 
-    /// The KV dtype whose kernels read this weight.
-    pub fn kv(&self) -> KvDtype {
+    /// The dtype the weight is held in.
+    pub fn dtype(&self) -> &'static str {
         match self {
-            CudaAbsorb::Bf16(_) => KvDtype::Bf16,
-            CudaAbsorb::F32(_) => KvDtype::F32,
+            CudaAbsorb::Bf16(_) => "bf16",
+            CudaAbsorb::F32(_) => "f32",
         }
     }
 }
 
-/// The kernels that write, read and attend over a cache of one KV dtype.
+/// The kernels that write, read and attend over a cache of one KV dtype: the tensor-core family
+/// (bf16 or FP8 entries, as its variant says) or the f32 one.
 #[derive(Clone, Debug)]
 pub enum LatentKernels {
-    Bf16(Arc<MlaKernels>),
+    TensorCore(Arc<MlaKernels>),
     F32(Arc<MlaF32Kernels>),
 }
 
@@ -141,7 +143,7 @@ impl LatentKernels {
         idx: &CudaSlice<u32>,
     ) -> Result<CudaSlice<f32>> {
         match self {
-            LatentKernels::Bf16(k) => gather(&k.gpu, &k.aux, table, h, layer, idx),
+            LatentKernels::TensorCore(k) => gather(&k.gpu, &k.aux, table, h, layer, idx),
             LatentKernels::F32(k) => gather(&k.gpu, &k.kernel, table, h, layer, idx),
         }
     }
@@ -162,7 +164,7 @@ impl LatentKernels {
         let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
         let (latent, k_rope, at) = (latent.as_view(), k_rope.as_view(), at.as_view());
         Ok(match self {
-            LatentKernels::Bf16(k) => k.aux.append(&k.gpu, &h.mla, n, &latent, &k_rope, &cache, &at),
+            LatentKernels::TensorCore(k) => k.aux.append(&k.gpu, &h.mla, n, &latent, &k_rope, &cache, &at),
             LatentKernels::F32(k) => k.kernel.append(&k.gpu, &h.mla, n, &latent, &k_rope, &cache, &at),
         }?)
     }
@@ -202,13 +204,13 @@ impl LatentKernels {
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         match (self, kv_b) {
-            (LatentKernels::Bf16(k), CudaAbsorb::Bf16(w)) => k.attention(b, q, table, h, layer, batch, w, out),
+            (LatentKernels::TensorCore(k), CudaAbsorb::Bf16(w)) => k.attention(b, q, table, h, layer, batch, w, out),
             (LatentKernels::F32(k), CudaAbsorb::F32(w)) => k.attention(b, q, table, h, layer, batch, w, out),
             _ => Err(EngineError::InvalidArgument(format!(
-                "attention: a {} KV cache with a kv_b_proj loaded for a {} cache (the KV dtype follows the \
-                 compute dtype on CUDA: load the model with --dtype f32 for an f32 cache)",
+                "attention: a {} KV cache with a {} kv_b_proj (the KV dtype follows the compute dtype on \
+                 CUDA: load the model with --dtype f32 for an f32 cache)",
                 h.kv.name(),
-                kv_b.kv().name()
+                kv_b.dtype()
             ))),
         }
     }

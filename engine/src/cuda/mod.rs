@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaEvent, CudaStream};
 use kdtree_jit::kernel::Kernels;
-use kdtree_jit::mla::MlaDecode;
+use kdtree_jit::mla::{MlaDecode, MlaKv};
 use kdtree_jit::tune::db::TuningDb;
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::w4a16::dense::{DenseFamily, DenseVariant};
@@ -133,9 +133,11 @@ struct Tuning {
 /// tuned variant.
 struct AttentionKernels {
     mla: OnceLock<Arc<MlaKernels>>,
+    /// The tensor-core family over an FP8 cache, loaded when a model's cache is set to fp8.
+    mla_fp8: OnceLock<Arc<MlaKernels>>,
     /// The f32 family, loaded with the first f32 model's attention weights.
     mla_f32: OnceLock<Arc<MlaF32Kernels>>,
-    /// `--mla-variant`: the variant asked for, over the DB's.
+    /// `--mla-variant`: the variant asked for, over the DB's, for the cache it reads.
     variant: Option<MlaDecode>,
 }
 
@@ -196,7 +198,12 @@ impl CudaBackend {
             blas,
             _blas_workspace: blas_workspace,
             tuning: Tuning { env, db, db_path: options.tuning_db.clone(), mode: options.mode, cubins: cache },
-            attention: AttentionKernels { mla: OnceLock::new(), mla_f32: OnceLock::new(), variant: options.mla },
+            attention: AttentionKernels {
+                mla: OnceLock::new(),
+                mla_fp8: OnceLock::new(),
+                mla_f32: OnceLock::new(),
+                variant: options.mla,
+            },
             weights: WeightKernels { shapes: Mutex::default(), streamed: Mutex::default(), moe: options.moe },
             monitor: Monitor::default(),
             graphs: options.graphs,
@@ -325,32 +332,41 @@ impl CudaBackend {
         Ok(unsafe { self.stream().alloc::<T>(len.max(1)) }?)
     }
 
-    /// Loads the MLA kernels of `h.kv` once: for bf16, the --mla-variant given, else the tuning DB's
-    /// variant for these head sizes, else [`MlaDecode::default_for`] the GPU; for f32, the f32 family.
+    /// Loads the MLA kernels of `h.kv` once: for bf16 and fp8, the --mla-variant given where it
+    /// reads that cache, else the tuning DB's variant for these head sizes and cache, else
+    /// [`MlaDecode::default_for_kv`] the GPU; for f32, the f32 family.
     fn load_mla(&self, h: Heads) -> Result<()> {
-        if h.kv == KvDtype::F32 {
+        let Some(kv) = h.kv.latent() else {
             if self.attention.mla_f32.get().is_none() {
                 let _ =
                     self.attention.mla_f32.set(Arc::new(MlaF32Kernels::load(&self.gpu, self.tuning.cubins.as_ref())?));
             }
             return Ok(());
-        }
-        if self.attention.mla.get().is_some() {
+        };
+        let cell = self.tensor_core_cell(kv);
+        if cell.get().is_some() {
             return Ok(());
         }
         let arch = self.gpu.arch;
-        let tuned = || kdtree_jit::tune::mla::tuned_variant(&self.tuning.db, &self.tuning.env, arch, &h.mla);
-        let decode = self.attention.variant.or_else(tuned).unwrap_or_else(|| MlaDecode::default_for(&Target { arch }));
-        let kernels = Arc::new(MlaKernels::load(&self.gpu, decode, self.tuning.cubins.as_ref())?);
-        let _ = self.attention.mla.set(kernels);
+        let tuned = || kdtree_jit::tune::mla::tuned_variant(&self.tuning.db, &self.tuning.env, arch, &h.mla, kv);
+        let given = self.attention.variant.filter(|v| v.kv == kv);
+        let decode = given.or_else(tuned).unwrap_or_else(|| MlaDecode::default_for_kv(&Target { arch }, kv));
+        let _ = cell.set(Arc::new(MlaKernels::load(&self.gpu, decode, self.tuning.cubins.as_ref())?));
         Ok(())
+    }
+
+    fn tensor_core_cell(&self, kv: MlaKv) -> &OnceLock<Arc<MlaKernels>> {
+        match kv {
+            MlaKv::Bf16 => &self.attention.mla,
+            MlaKv::Fp8 => &self.attention.mla_fp8,
+        }
     }
 
     /// The kernels of a cache of `kv`, once a model with such a cache is loaded.
     fn latent_kernels(&self, kv: KvDtype) -> Option<LatentKernels> {
-        match kv {
-            KvDtype::Bf16 => self.attention.mla.get().cloned().map(LatentKernels::Bf16),
-            KvDtype::F32 => self.attention.mla_f32.get().cloned().map(LatentKernels::F32),
+        match kv.latent() {
+            Some(kv) => self.tensor_core_cell(kv).get().cloned().map(LatentKernels::TensorCore),
+            None => self.attention.mla_f32.get().cloned().map(LatentKernels::F32),
         }
     }
 
@@ -361,9 +377,10 @@ impl CudaBackend {
         })
     }
 
-    /// The MLA decode variant the backend runs, once a model is loaded.
-    pub fn mla_variant(&self) -> Option<MlaDecode> {
-        self.attention.mla.get().map(|k| *k.variant())
+    /// The MLA decode variant the backend runs over a cache of `kv`, once a model is loaded (and,
+    /// for fp8, its cache set to fp8).
+    pub fn mla_variant(&self, kv: MlaKv) -> Option<MlaDecode> {
+        self.tensor_core_cell(kv).get().map(|k| *k.variant())
     }
 
     /// The f32 MLA variant the backend runs, once an f32 model is loaded.
@@ -433,10 +450,16 @@ impl Backend for CudaBackend {
         if f32_weights { KvDtype::F32 } else { KvDtype::Bf16 }
     }
 
-    /// The KV dtype of a model on CUDA follows its compute dtype: its `kv_b_proj` is uploaded for the
-    /// kernels of that cache. So only a dtype whose kernels a loaded model brought is taken.
-    fn supports_kv(&self, kv: KvDtype) -> bool {
-        self.latent_kernels(kv).is_some()
+    /// The KV dtype of a model on CUDA follows its compute dtype, since its `kv_b_proj` is uploaded
+    /// for the kernels of that cache: f32 for an f32 model; bf16 or fp8 (the same bf16 `kv_b_proj`)
+    /// for a 16-bit one, whose fp8 kernels load here.
+    fn prepare_kv(&self, heads: Heads) -> std::result::Result<(), String> {
+        let loaded = |kv| self.latent_kernels(kv).is_some();
+        match heads.kv {
+            KvDtype::Fp8 if loaded(KvDtype::Bf16) => self.load_mla(heads).map_err(|e| e.to_string()),
+            kv if loaded(kv) => Ok(()),
+            _ => Err("its kv_b_proj was loaded for the cache of the model's compute dtype".into()),
+        }
     }
 
     fn supports_compute(&self, dtype: ComputeDtype) -> std::result::Result<(), String> {

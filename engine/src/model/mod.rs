@@ -261,15 +261,22 @@ impl<B: Backend> Model<B> {
     /// Stores the KV cache of caches made from now on in `kv` instead of the backend's default for
     /// this checkpoint; an error, changing nothing, where the backend cannot.
     pub fn set_kv_dtype(&mut self, kv: KvDtype) -> Result<()> {
-        if !self.backend.supports_kv(kv) {
+        let heads = Heads { kv, ..self.heads };
+        let group = kdtree_jit::mla::fp8::GROUP;
+        let ready = if kv == KvDtype::Fp8 && !heads.mla.latent.is_multiple_of(group) {
+            Err(format!("kv_lora_rank {} is not a multiple of its scale groups of {group}", heads.mla.latent))
+        } else {
+            self.backend.prepare_kv(heads)
+        };
+        if let Err(why) = ready {
             return Err(EngineError::InvalidArgument(format!(
-                "{} cannot store the KV cache of a model computed in {} in {}",
+                "{} cannot store the KV cache of a model computed in {} in {}: {why}",
                 self.backend.describe(),
                 self.dtypes.compute,
                 kv.name()
             )));
         }
-        self.heads.kv = kv;
+        self.heads = heads;
         Ok(())
     }
 

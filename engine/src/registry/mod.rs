@@ -34,7 +34,7 @@ pub use startup::{BackendKind, Selection, select};
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use kdtree_jit::mla::MlaShape;
+use kdtree_jit::mla::{MlaKv, MlaShape};
 
 /// MLA's sizes, which lay out the KV cache: per token and layer one entry `[c_kv | k_pe]` of
 /// `latent + rope` values (the normalised compressed kv and the rotated key shared by every head),
@@ -59,31 +59,43 @@ impl Heads {
 
     /// Bytes of one token's entries over `layers` layers: what a forward reads per cached token.
     pub fn kv_bytes_per_token(&self, layers: usize) -> usize {
-        layers * self.width() * self.kv.bytes()
+        layers * self.kv.entry_bytes(&self.mla)
     }
 }
 
 /// The dtype of the KV cache's entries. bf16 is what the GPU's kernels read (and halves f32's
-/// bytes); f32 keeps an f32 checkpoint's arithmetic exact on the CPU. Queries are rounded to the
-/// same dtype before they meet the cache, as the GPU's tensor cores take them.
+/// bytes); fp8 stores the latent in e4m3 with a power-of-two scale per 32 values and the rope key in
+/// bf16 (kdtree-jit's `mla::fp8`: 656 bytes an entry at K2's sizes against bf16's 1152), its values
+/// read as the bf16 values they are; f32 keeps an f32 checkpoint's arithmetic exact on the CPU.
+/// Queries are rounded to the dtype attention computes in (bf16, or f32) before they meet the cache,
+/// as the GPU's tensor cores take them.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvDtype {
     Bf16,
+    Fp8,
     F32,
 }
 
 impl KvDtype {
-    pub fn bytes(self) -> usize {
+    /// The tensor-core family's cache kind, for the dtypes it reads (all but f32).
+    pub fn latent(self) -> Option<MlaKv> {
         match self {
-            KvDtype::Bf16 => 2,
-            KvDtype::F32 => 4,
+            KvDtype::Bf16 => Some(MlaKv::Bf16),
+            KvDtype::Fp8 => Some(MlaKv::Fp8),
+            KvDtype::F32 => None,
         }
+    }
+
+    /// Bytes of one entry of `s`.
+    pub fn entry_bytes(self, s: &MlaShape) -> usize {
+        self.latent().map_or(4 * s.width(), |kv| kv.entry_bytes(s))
     }
 
     pub fn name(self) -> &'static str {
         match self {
             KvDtype::Bf16 => "bf16",
+            KvDtype::Fp8 => "fp8",
             KvDtype::F32 => "f32",
         }
     }
@@ -92,16 +104,26 @@ impl KvDtype {
     /// tensor cores take them, or f32.
     pub fn weights(self) -> kdtree_jit::mla::reference::Weights {
         match self {
-            KvDtype::Bf16 => kdtree_jit::mla::reference::Weights::Bf16,
+            KvDtype::Bf16 | KvDtype::Fp8 => kdtree_jit::mla::reference::Weights::Bf16,
             KvDtype::F32 => kdtree_jit::mla::reference::Weights::F32,
         }
     }
 
-    /// `x` as stored in this dtype (bf16: rounded to nearest even), read back as f32.
+    /// A query value `x` as attention over this cache takes it (bf16: rounded to nearest even).
     pub fn round(self, x: f32) -> f32 {
         match self {
-            KvDtype::Bf16 => half::bf16::from_f32(x).to_f32(),
+            KvDtype::Bf16 | KvDtype::Fp8 => half::bf16::from_f32(x).to_f32(),
             KvDtype::F32 => x,
+        }
+    }
+
+    /// `entry` (`[c_kv | k_pe]`, `latent` values of c_kv) as the cache holds it: rounded to bf16,
+    /// quantized to FP8 and read back, or as it is.
+    pub fn store(self, entry: &mut [f32], latent: usize) {
+        match self {
+            KvDtype::Bf16 => entry.iter_mut().for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
+            KvDtype::Fp8 => kdtree_jit::mla::fp8::round_entry(entry, latent),
+            KvDtype::F32 => {}
         }
     }
 }
@@ -258,9 +280,10 @@ pub trait Backend: Send + Sync + Sized {
     /// The KV dtype this backend stores by default for a model whose dense weights are f32
     /// (`f32_weights`) or 16-bit.
     fn kv_dtype(&self, f32_weights: bool) -> KvDtype;
-    /// Whether this backend can store the KV cache in `kv`.
-    fn supports_kv(&self, _kv: KvDtype) -> bool {
-        true
+    /// Readies this backend to store the KV caches of a model of `heads` in `heads.kv` (the GPU
+    /// loads that cache's kernels); an error, changing nothing, where it cannot.
+    fn prepare_kv(&self, _heads: Heads) -> std::result::Result<(), String> {
+        Ok(())
     }
     /// Whether this backend computes dense weights in `dtype`, and why not: asked before any weight
     /// is loaded.

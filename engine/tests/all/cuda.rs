@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::ddtree_common::{Script, Scripted, assert_exact, greedy_text};
 use kdtree_engine::cpu::CpuBackend;
 use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, WeightShape, default_variant};
-use kdtree_engine::registry::{Backend, KvStore};
+use kdtree_engine::registry::{Backend, KvDtype, KvStore};
 use kdtree_engine::spec::{LookupDrafter, TreeLimits};
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 use kdtree_engine::{Model, TreeMask, greedy_generate};
@@ -358,4 +358,51 @@ fn w4a16_kernels_compute_each_row_independently_of_the_others_bitwise() {
         assert_eq!(rows(a, b), all[a * n..b * n], "{}: rows {a}..{b}", v.name());
         println!("{}: rows of M = {m} equal to the same rows alone and in a batch of {}", v.name(), b - a);
     }
+}
+
+/// An FP8 cache on CUDA holds the values the CPU's FP8 cache holds (the append kernel's bytes are the
+/// CPU quantizer's), so the two backends part no more than over a bf16 cache: logits within the
+/// same tolerance after a prompt that fills more than one page, greedy tokens alike or parting at a
+/// near tie as above, DDTree equal to greedy token for token, and a compacted cache (entries gathered
+/// and quantized again) continuing like the accepted path alone.
+#[test]
+#[ignore = "needs a GPU (sm_89 or later: e4m3)"]
+fn an_fp8_cache_on_cuda_holds_what_the_cpus_holds() {
+    let Fixture { mut cpu, mut tuned, _dir, .. } = fixture();
+    let bf16_bytes = tuned.heads().kv_bytes_per_token(tuned.config.num_hidden_layers);
+    cpu.set_kv_dtype(KvDtype::Fp8).unwrap();
+    tuned.set_kv_dtype(KvDtype::Fp8).unwrap();
+    let fp8_bytes = tuned.heads().kv_bytes_per_token(tuned.config.num_hidden_layers);
+    assert!(fp8_bytes < bf16_bytes, "{fp8_bytes} vs {bf16_bytes}");
+    let vocab = cpu.config.vocab_size;
+    let prompt: Vec<u32> = (0..150u32).map(|i| (i * 37 + 5) % vocab as u32).collect();
+    let (_, reference) = prefill(&cpu, &prompt);
+    let (_, logits) = prefill(&tuned, &prompt);
+    let err = MEASURE.error(&logits, &reference);
+    println!("fp8 cache: CUDA vs CPU logits over 150 tokens, {err:.2e} of the largest (tolerance {TOLERANCE:.2e})");
+    assert!(err <= TOLERANCE, "{err:.3e}");
+
+    let text = greedy_text(&tuned, &prompt[..40], 40);
+    let cpu_text = greedy_text(&cpu, &prompt[..40], 40);
+    let same = text.iter().zip(&cpu_text).take_while(|(a, b)| a == b).count();
+    println!("fp8 cache: greedy CUDA and CPU agree on {same} of {} tokens", text.len());
+    let limits = TreeLimits { budget: 16, draft_len: 6 };
+    assert_exact(&tuned, &mut LookupDrafter::new(3, vocab), &prompt[..40], 40, limits, None);
+    let oracle = assert_exact(&tuned, &mut Scripted::new(text, vocab, Script::Oracle), &prompt[..40], 40, limits, None);
+    assert!(oracle.tau() > 1.0, "the oracle's drafts are accepted");
+
+    let (mut tree, _) = prefill(&tuned, &prompt[..70]);
+    tuned
+        .forward(
+            &mut tree,
+            &[10, 20, 30, 40],
+            &[70, 71, 71, 72],
+            Some(&TreeMask::from_parents(&[None, Some(0), Some(0), Some(2)])),
+        )
+        .unwrap();
+    tree.compact(70, &[0, 2, 3]).unwrap();
+    let (mut path, _) = prefill(&tuned, &[&prompt[..70], &[10, 30, 40]].concat());
+    let a = tuned.forward(&mut tree, &[50], &[73], None).unwrap();
+    let b = tuned.forward(&mut path, &[50], &[73], None).unwrap();
+    assert_eq!(bits(&a), bits(&b));
 }

@@ -1,17 +1,26 @@
 // Batch invariance, what greedy exactness rests on: the tree forward's logits at every node equal, bit
 // for bit, those of feeding the node's path one token at a time; and after verification the compacted
-// cache continues exactly as a cache that only ever saw the accepted path.
+// cache continues exactly as a cache that only ever saw the accepted path. Both over a bf16 and an
+// FP8 cache (whose compaction gathers entries and quantizes them again: the values must not move).
 
 use std::sync::LazyLock;
 
 use crate::ddtree_common::tiny_model;
-use kdtree_engine::registry::KvStore;
+use kdtree_engine::registry::{KvDtype, KvStore};
 use kdtree_engine::spec::{Draft, DraftTree, verify};
 use kdtree_engine::{KvCache, Model};
 use kdtree_quant::sample::Uniform;
 use proptest::prelude::*;
 
-static MODELS: LazyLock<[Model; 2]> = LazyLock::new(|| [tiny_model(false, 3), tiny_model(true, 3)]);
+/// Indexed by `int4 + 2 * fp8`: bf16 experts or INT4 ones, a bf16 cache or an FP8 one.
+static MODELS: LazyLock<[Model; 4]> = LazyLock::new(|| {
+    let fp8 = |int4| {
+        let mut m = tiny_model(int4, 3);
+        m.set_kv_dtype(KvDtype::Fp8).unwrap();
+        m
+    };
+    [tiny_model(false, 3), tiny_model(true, 3), fp8(false), fp8(true)]
+});
 
 /// The cache after prefilling `prompt` in one forward.
 fn prefilled(model: &Model, prompt: &[u32]) -> KvCache {
@@ -49,13 +58,14 @@ proptest! {
     #[test]
     fn tree_logits_equal_sequential_logits_bitwise(
         int4 in any::<bool>(),
+        fp8 in any::<bool>(),
         prompt in prop::collection::vec(0u32..256, 1..10),
         root in 0u32..256,
         depth in 1usize..5,
         budget in 1usize..20,
         seed in any::<u64>(),
     ) {
-        let model = &MODELS[int4 as usize];
+        let model = &MODELS[int4 as usize + 2 * fp8 as usize];
         let vocab = model.config.vocab_size;
         let tree = random_tree(vocab, depth, budget, seed);
         let start = prompt.len();
@@ -81,12 +91,13 @@ proptest! {
     #[test]
     fn the_compacted_cache_continues_like_the_accepted_path_alone(
         int4 in any::<bool>(),
+        fp8 in any::<bool>(),
         prompt in prop::collection::vec(0u32..256, 1..10),
         root in 0u32..256,
         budget in 1usize..20,
         seed in any::<u64>(),
     ) {
-        let model = &MODELS[int4 as usize];
+        let model = &MODELS[int4 as usize + 2 * fp8 as usize];
         let vocab = model.config.vocab_size;
         // Put the target's own greedy chain into the tree (as rank 1 everywhere) so that a path of
         // several tokens is accepted among random branches.

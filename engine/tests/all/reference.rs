@@ -27,6 +27,7 @@ fn bound(kv: KvDtype) -> f64 {
     match kv {
         KvDtype::F32 => 1e-4,
         KvDtype::Bf16 => 1e-2,
+        KvDtype::Fp8 => unreachable!("an FP8 cache is checked against a bf16 one (kv_dtype.rs)"),
     }
 }
 

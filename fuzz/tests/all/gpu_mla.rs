@@ -1,7 +1,8 @@
 //! Every valid MLA decode variant on the GPU against the CPU reference, on random head shapes (heads
 //! that pad a block, latent 32..=512, rope 0..=64), contexts (none, a few entries, thousands: many
 //! tiles a split), row counts (two mask words past 32), masks (causal, full, draft trees, random bits
-//! in which a row may see nothing) and page sizes, inputs rounded to bf16; one random row of each case
+//! in which a row may see nothing) and page sizes, inputs rounded to bf16 (or quantized, for the
+//! variants of an FP8 cache, against the reference over the values it holds); one random row of each case
 //! decoded alone over its compact sequence, bit for bit; the f32 family on the same launches; and
 //! absorb and unabsorb against their references on random shapes. Run on a GPU machine:
 //! `cargo test --release -p kdtree-fuzz --test gpu_mla -- --ignored`.
@@ -86,8 +87,8 @@ fn launch() -> impl Strategy<Value = Launch> {
 fn check(gpu: &Gpu, kernel: &MlaKernel, l: &Launch, alone: Index, alone_page: usize) -> Result<f32, TestCaseError> {
     let (s, w, name) = (&l.s, l.s.width(), kernel.variant().name());
     let q = bits(&symmetric(l.n * s.heads * w, l.seed, l.q_amp));
-    let kv = bits(&symmetric((l.past + l.n) * w, l.seed ^ 1, 1.0));
-    let kvf = widen(&kv);
+    let (kv, kvf) = kernel.variant().kv.encode(&symmetric((l.past + l.n) * w, l.seed ^ 1, 1.0), s);
+    let ew = kernel.variant().kv.entry_words(s);
     let want = attention(&widen(&q), &kvf, l.past, &l.mask, s, Weights::Bf16);
     let got = mla_host(gpu, kernel, s, &q, &kv, l.past, &l.mask, l.page).expect("runs");
     let kv_max = kvf.chunks_exact(w).flat_map(|e| &e[..s.latent]).fold(0f32, |m, x| m.max(x.abs()));
@@ -120,7 +121,7 @@ fn check(gpu: &Gpu, kernel: &MlaKernel, l: &Launch, alone: Index, alone_page: us
     if !seeing.is_empty() {
         let i = seeing[alone.index(seeing.len())];
         let seq = l.mask.compact(l.past, l.n, i).collect::<Vec<_>>();
-        let alone_kv: Vec<u16> = seq.iter().flat_map(|&t| kv[t * w..][..w].iter().copied()).collect();
+        let alone_kv: Vec<u16> = seq.iter().flat_map(|&t| kv[t * ew..][..ew].iter().copied()).collect();
         let row_q = &q[i * s.heads * w..][..s.heads * w];
         let one = mla_host(gpu, kernel, s, row_q, &alone_kv, seq.len() - 1, &NewMask::Causal, alone_page)
             .expect("runs alone");

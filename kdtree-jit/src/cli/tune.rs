@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_quant::Dtype;
 
-use kdtree_jit::mla::MlaShape;
+use kdtree_jit::mla::{MlaKv, MlaShape};
 use kdtree_jit::tune::db::{self, TuningDb};
 use kdtree_jit::tune::dense16::{self, tune_dense16};
 use kdtree_jit::tune::flush::FlushMode;
@@ -48,8 +48,8 @@ sm_90 this leaves 14 to 25 variants per step, 401 for both routings (uniform: 14
 T = 4..16, 25 from T = 32; skewed: 25 from T = 4). Timing them takes seconds; the CPU reference
 (about 180 G multiply-adds per routing over all T) takes most of the run.
 
-kimi-k2-mla tunes absorbed MLA attention over a paged bf16 latent cache (pages of 64 entries, as the
-engine's): every valid decode variant is gated against the CPU reference on a causal block and a
+kimi-k2-mla tunes absorbed MLA attention over a paged latent cache of --kv entries (pages of 64
+entries, as the engine's): every valid decode variant is gated against the CPU reference on a causal block and a
 tree, then screened at every (--rows, --context) point of a causal chain (L2 flushed); the variant
 with the smallest mean of (its time / the point's best) wins, one for every forward, since a tree
 row equals greedy decoding's only under the same variant. The engine reads it from the DB at load
@@ -86,6 +86,10 @@ pub struct TuneArgs {
     /// kimi-k2-mla: the contexts (cached entries) the grid times [default: 4096,32768,131072].
     #[arg(long, value_delimiter = ',')]
     pub context: Vec<usize>,
+    /// kimi-k2-mla: the cache's entries: bf16, or fp8 (e4m3 latent with a power-of-two scale per 32
+    /// values, bf16 rope key: 656 bytes an entry against 1152; sm_89 and later).
+    #[arg(long, default_value = "bf16")]
+    pub kv: MlaKv,
     /// How an MoE preset's tokens are routed: uniform (a balanced router; what the engine looks
     /// up), skewed (Zipf-like, a few hot experts), or both. Default: both.
     #[arg(long, value_enum)]
@@ -270,9 +274,10 @@ fn run_mla(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
     let mut session = Session::open(&gpu, args.out.flush)?;
     let (db_path, mut db, cache) = open_stores(&args.out)?;
     let mut progress: Option<ProgressBar> = None;
-    let tuned = tune_mla(&mut session, &mut db, Some(&cache), &K2_MLA, &rows, &contexts, &mut |done, total| {
-        progress.get_or_insert_with(|| bar(total as u64, "tune")).set_position(done as u64)
-    })?;
+    let tuned =
+        tune_mla(&mut session, &mut db, Some(&cache), &K2_MLA, args.kv, &rows, &contexts, &mut |done, total| {
+            progress.get_or_insert_with(|| bar(total as u64, "tune")).set_position(done as u64)
+        })?;
     progress.inspect(ProgressBar::finish_and_clear);
     db.save(&db_path).with_context(|| format!("--db {}", db_path.display()))?;
     for r in &tuned.rejected {

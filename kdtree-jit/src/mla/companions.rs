@@ -122,8 +122,8 @@ pub trait Companions {
         Ok(())
     }
 
-    /// Writes `n` entries `[latent[j] | k_pe[j]]` (f32 `[n, latent]` and `[n, rope]`, stored in the
-    /// cache's dtype) at logical positions `past .. past + n` of `cache.layer`, `past` read on the
+    /// Writes `n` entries `[latent[j] | k_pe[j]]` (f32 `[n, latent]` and `[n, rope]`, stored as the
+    /// cache stores them: rounded to its dtype, or quantized for an FP8 cache) at logical positions `past .. past + n` of `cache.layer`, `past` read on the
     /// device.
     #[allow(clippy::too_many_arguments)]
     fn append(
@@ -158,7 +158,7 @@ pub trait Companions {
     }
 
     /// Reads logical entries `idx` of `cache.layer` into `out`, `[idx.len(), latent + rope]` f32
-    /// (exact). `idx` must name entries the table covers.
+    /// (the values the cache holds, exactly). `idx` must name entries the table covers.
     fn gather(
         &self,
         gpu: &Gpu,
@@ -174,10 +174,11 @@ pub trait Companions {
         if k == 0 {
             return Ok(());
         }
-        let [ki, width, layer] = [k, s.width(), cache.layer].map(|x| x as i32);
+        let [ki, latent, rope, layer] = [k, s.latent, s.rope, cache.layer].map(|x| x as i32);
         let mut args = gpu.stream.launch_builder(self.function(Entry::Gather));
-        args.arg(idx).arg(&cache.table).arg(out).arg(&ki).arg(&width).arg(&layer).arg(&page_shift);
-        // SAFETY: the family's gather entry, signature (idx, table, out, k, width, layer, page_shift);
+        args.arg(idx).arg(&cache.table).arg(out).arg(&ki).arg(&latent).arg(&rope).arg(&layer).arg(&page_shift);
+        // SAFETY: the family's gather entry, signature (idx, table, out, k, latent, rope, layer,
+        // page_shift);
         // out holds k entries (checked above); idx's entries are the caller's contract.
         unsafe { args.launch(self.config(Entry::Gather, s, k)) }?;
         Ok(())

@@ -27,9 +27,10 @@ impl DeviceMask<'_> {
     }
 }
 
-/// A paged latent cache as the kernels address it: logical entry t of layer `layer` is the `width =
-/// latent + rope` bf16 values at `table[t / page] + (layer * page + t % page) * width` (elements): a
-/// page holds every layer of its `page` tokens. `page` is a power of two; each page pointer is
+/// A paged latent cache as the kernels address it: logical entry t of layer `layer` is the `words =
+/// kv.entry_words(shape)` 16-bit words at `table[t / page] + (layer * page + t % page) * words` (for
+/// a bf16 cache the `latent + rope` values, [`crate::mla::MlaKv`]): a page holds every layer of its
+/// `page` tokens. `page` is a power of two; each page pointer is
 /// 16-byte aligned. The table must cover every entry a launch reads (`past + n` entries); its
 /// contents, like `past`, may change between launches (CUDA graph replays).
 pub struct PagedCache<'a> {
@@ -150,7 +151,7 @@ impl MlaKernel {
             DeviceMask::Bits(bits) => bits,
             _ => &b.past,
         };
-        let smem = dynamic_smem(v, width);
+        let smem = dynamic_smem(v, s.latent, s.rope);
         allow_shared(&self.decode, smem, static_smem(v))?;
         let slice = n.min(b.workspace.len() / v.workspace_len(1, s.heads, s.latent));
         let split = slice * v.max_splits as usize * s.heads * s.latent;
@@ -240,8 +241,9 @@ pub fn upload_cache<T: CacheValue>(
     Ok((pool, table))
 }
 
-/// One attention launch from host data, for tests and the tuner: `q` `[n, heads, width]` and `kv`
-/// `[past + n, width]` (logical order, the new rows' entries last) as bf16 bits; the cache is laid out
+/// One attention launch from host data, for tests and the tuner: `q` `[n, heads, width]` as bf16 bits
+/// and `kv` `[past + n]` entries (logical order, the new rows' entries last) as the words of the
+/// kernel's cache ([`crate::mla::MlaKv::encode`]); the cache is laid out
 /// by [`upload_cache`] (shuffled pages of `page` entries, layer 1 of 2). Returns `o_lat`, `[n, heads,
 /// latent]`.
 #[allow(clippy::too_many_arguments)]
@@ -255,7 +257,8 @@ pub fn mla_host(
     mask: &NewMask,
     page: usize,
 ) -> Result<Vec<f32>> {
-    let (inputs, n) = HostInputs::upload(gpu, "mla_host", s, q, kv, past, mask, page)?;
+    let words = kernel.variant().kv.entry_words(s);
+    let (inputs, n) = HostInputs::upload(gpu, "mla_host", s, q, kv, words, past, mask, page)?;
     let st = &gpu.stream;
     let mut workspace = st.alloc_zeros::<f32>(kernel.variant().workspace_len(n, s.heads, s.latent).max(1))?;
     let mut o_lat = st.alloc_zeros::<f32>((n * s.heads * s.latent).max(1))?;
@@ -284,7 +287,7 @@ pub(crate) struct HostInputs<T: CacheValue> {
 }
 
 impl<T: CacheValue> HostInputs<T> {
-    /// Uploads `q` `[n, heads, width]` and `kv` `[past + n, width]` (logical order, the new rows'
+    /// Uploads `q` `[n, heads, width]` and `kv` `[past + n, stride]` (logical order, the new rows'
     /// entries last) in pages of `page`; returns them with n. `origin` names the caller in errors.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn upload(
@@ -293,18 +296,18 @@ impl<T: CacheValue> HostInputs<T> {
         s: &MlaShape,
         q: &[T],
         kv: &[T],
+        stride: usize,
         past: usize,
         mask: &NewMask,
         page: usize,
     ) -> Result<(HostInputs<T>, usize)> {
-        let width = s.width();
-        let n = q.len() / (s.heads * width);
-        if kv.len() != (past + n) * width {
+        let n = q.len() / (s.heads * s.width());
+        if kv.len() != (past + n) * stride {
             let reason = format!("kv holds {} values, not past + n = {} entries", kv.len(), past + n);
             return Err(unsupported(origin, reason));
         }
         let st = &gpu.stream;
-        let (_pool, table) = upload_cache(gpu, kv, width, page, 2, 1)?;
+        let (_pool, table) = upload_cache(gpu, kv, stride, page, 2, 1)?;
         let bits = match mask {
             NewMask::Bits(words) => st.clone_htod(words)?,
             _ => st.clone_htod(&[0u32])?,

@@ -37,6 +37,7 @@
 
 pub mod aux;
 pub mod companions;
+pub mod fp8;
 pub mod launch;
 pub mod reference;
 pub mod rules;
@@ -46,7 +47,7 @@ pub use aux::AuxKernel;
 pub use companions::{Companions, absorb_host, unabsorb_host};
 pub use launch::{CacheValue, DeviceMask, MlaBuffers, MlaKernel, PagedCache, mla_host, shape_error, upload_cache};
 pub use reference::NewMask;
-pub use space::{MlaAux, MlaDecode, MlaMma};
+pub use space::{MlaAux, MlaDecode, MlaKv, MlaMma};
 
 /// MLA's sizes as the absorbed form sees them.
 #[derive(Clone, Copy, Debug, PartialEq)]

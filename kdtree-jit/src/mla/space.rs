@@ -1,6 +1,12 @@
 //! The MLA variant spaces: the decode kernel's tile shapes ([`MlaDecode`]), and the small kernels
 //! around it ([`MlaAux`]).
 //!
+//! - `kv`: the cache's entries: bf16 (`[c_kv | k_pe]`; no part of the name, the names of before the
+//!   FP8 cache), or `fp8_`: the latent in e4m3 with a power-of-two scale per 32 values, the rope key
+//!   in bf16 ([`super::fp8`]; 656 bytes an entry at K2's sizes against 1152). A tile's FP8 entries
+//!   land in shared memory as they are (half the bytes in flight) and are widened to the bf16 tile
+//!   the math reads, exactly: the same arithmetic as a bf16 cache holding the dequantized values.
+//!   The mma form only, on sm_89 and later (the e4m3 conversions).
 //! - `mma`: `mma` runs mma.sync (every arch), its warps reading each tile from shared memory once
 //!   per 16 heads; `wgmma` runs Hopper's warpgroup MMA (compiled for sm_90a on an sm_90 device) on
 //!   64 heads and 32- or 64-entry tiles, reading each tile once a block.
@@ -40,14 +46,83 @@ impl AxisValue for MlaMma {
     }
 }
 
+/// How an MLA cache stores its entries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum MlaKv {
+    /// `[c_kv | k_pe]` in bf16.
+    #[default]
+    Bf16,
+    /// The latent in e4m3 with a scale per 32 values, the rope key in bf16 ([`super::fp8`]).
+    Fp8,
+}
+
+impl AxisValue for MlaKv {
+    /// The part of a variant's name: none for bf16, whose variants kept their names.
+    fn as_str(&self) -> &'static str {
+        match self {
+            MlaKv::Bf16 => "",
+            MlaKv::Fp8 => "fp8_",
+        }
+    }
+}
+
+impl MlaKv {
+    /// Bytes of one entry of `s`.
+    pub fn entry_bytes(self, s: &super::MlaShape) -> usize {
+        match self {
+            MlaKv::Bf16 => 2 * s.width(),
+            MlaKv::Fp8 => super::fp8::entry_bytes(s.latent, s.rope),
+        }
+    }
+
+    /// 16-bit words of one entry of `s`: the kernels' unit of address.
+    pub fn entry_words(self, s: &super::MlaShape) -> usize {
+        self.entry_bytes(s) / 2
+    }
+
+    /// `entries` (`[count, width]` f32) as the words a cache of this kind holds, and the values they
+    /// hold (what attention reads).
+    pub fn encode(self, entries: &[f32], s: &super::MlaShape) -> (Vec<u16>, Vec<f32>) {
+        match self {
+            MlaKv::Bf16 => {
+                let words: Vec<u16> = entries.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect();
+                let values = words.iter().map(|&w| half::bf16::from_bits(w).to_f32()).collect();
+                (words, values)
+            }
+            MlaKv::Fp8 => super::fp8::quantize_words(entries, s.latent, s.rope),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MlaKv::Bf16 => "bf16",
+            MlaKv::Fp8 => "fp8",
+        }
+    }
+}
+
+impl std::str::FromStr for MlaKv {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<MlaKv, String> {
+        match s {
+            "bf16" => Ok(MlaKv::Bf16),
+            "fp8" => Ok(MlaKv::Fp8),
+            _ => Err(format!("`{s}` is not a KV cache dtype the MLA kernels read: bf16 or fp8")),
+        }
+    }
+}
+
 crate::variant_space! {
-    /// One absorbed MLA attention kernel over a paged bf16 latent cache, and its split combine.
+    /// One absorbed MLA attention kernel over a paged latent cache, and its split combine.
     pub space MlaDecode {
         template = "mla_decode.cu.tera";
-        name = "mla_decode_{mma}_h{hb}n{bn}_s{stages}_x{max_splits}";
+        name = "mla_decode_{mma}_{kv}h{hb}n{bn}_s{stages}_x{max_splits}";
         axes {
             /// the tensor-core instruction
             mma: MlaMma = [Mma, Wgmma],
+            /// the cache's entries
+            kv: MlaKv = [Bf16, Fp8],
             /// heads per block (MMA M, 16 per head group)
             hb: u32 = [16, 32, 64],
             /// cache entries per tile
@@ -66,8 +141,10 @@ crate::variant_space! {
     /// unabsorption, cache append and gather.
     pub space MlaAux {
         template = "mla_aux.cu.tera";
-        name = "mla_aux_r{rows}";
+        name = "mla_aux_{kv}r{rows}";
         axes {
+            /// the cache's entries, which append writes and gather reads
+            kv: MlaKv = [Bf16, Fp8],
             /// rows a block of absorb / unabsorb takes (kv_b is read once per `rows` rows)
             rows: u32 = [16],
         }
@@ -97,18 +174,28 @@ impl MlaDecode {
         tiles.div_ceil(per)
     }
 
-    /// The engine's default until tuning picks: on Hopper the wgmma form in 2 stages with up to 64
-    /// splits (the best single point over 1 and 64 rows at 4K-131K entries on an H100); elsewhere 64
-    /// heads a block (K2's heads, the cache read once per row), 32-entry tiles in 2 stages, up to 64
-    /// splits, and where that does not fit the arch's shared memory (sm_120's 99 KiB), 16-entry tiles
-    /// in 1 stage.
+    /// The engine's default until tuning picks, for a bf16 cache: on Hopper the wgmma form in 2
+    /// stages with up to 64 splits (the best single point over 1 and 64 rows at 4K-131K entries on an
+    /// H100); elsewhere 64 heads a block (K2's heads, the cache read once per row), 32-entry tiles in
+    /// 2 stages, up to 64 splits, and where that does not fit the arch's shared memory (sm_120's 99
+    /// KiB), 16-entry tiles in 1 stage.
+    /// An FP8 cache ([`MlaDecode::default_for_kv`]) takes the mma form's points.
     pub fn default_for(target: &Target) -> MlaDecode {
-        let wgmma = MlaDecode { mma: MlaMma::Wgmma, hb: 64, bn: 64, stages: 2, max_splits: 64 };
-        if wgmma.check(target).is_ok() {
-            return wgmma;
-        }
-        let big = MlaDecode { mma: MlaMma::Mma, hb: 64, bn: 32, stages: 2, max_splits: 64 };
-        if big.check(target).is_ok() { big } else { MlaDecode { bn: 16, stages: 1, ..big } }
+        MlaDecode::default_for_kv(target, MlaKv::Bf16)
+    }
+
+    /// [`MlaDecode::default_for`] a cache of `kv`: the first of these that fits the arch, FP8's
+    /// widened tile taking 32 heads a block where 64 do not fit (sm_120). On an arch that takes
+    /// none (FP8 before sm_89) the last, whose check says why.
+    pub fn default_for_kv(target: &Target, kv: MlaKv) -> MlaDecode {
+        let point = |mma, hb, bn, stages| MlaDecode { mma, kv, hb, bn, stages, max_splits: 64 };
+        let preferred = [
+            point(MlaMma::Wgmma, 64, 64, 2),
+            point(MlaMma::Mma, 64, 32, 2),
+            point(MlaMma::Mma, 64, 16, 1),
+            point(MlaMma::Mma, 32, 16, 2),
+        ];
+        preferred.into_iter().find(|v| v.check(target).is_ok()).unwrap_or(preferred[3])
     }
 
     /// The decode variants valid on a device of `arch` (wgmma ones compiled for its arch-specific
@@ -140,8 +227,13 @@ impl MlaAux {
         format!("{}_gather", self.name())
     }
 
-    /// The only point.
+    /// The only point of a bf16 cache.
     pub fn default_for(_: &Target) -> MlaAux {
-        MlaAux { rows: 16 }
+        MlaAux { kv: MlaKv::Bf16, rows: 16 }
+    }
+
+    /// The aux kernels beside `decode`: those of its cache.
+    pub fn beside(decode: &MlaDecode) -> MlaAux {
+        MlaAux { kv: decode.kv, rows: 16 }
     }
 }

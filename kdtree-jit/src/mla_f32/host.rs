@@ -20,7 +20,7 @@ pub fn attention_host(
     mask: &NewMask,
     page: usize,
 ) -> Result<Vec<f32>> {
-    let (inputs, n) = HostInputs::upload(gpu, "attention_host", s, q, kv, past, mask, page)?;
+    let (inputs, n) = HostInputs::upload(gpu, "attention_host", s, q, kv, s.width(), past, mask, page)?;
     let mut o_lat = gpu.stream.alloc_zeros::<f32>((n * s.heads * s.latent).max(1))?;
     let (q, past) = (inputs.q.as_view(), inputs.past.as_view());
     kernel.attention(gpu, s, n, &q, &inputs.cache(page), &past, &inputs.mask(mask), &mut o_lat.as_view_mut())?;

@@ -4,6 +4,7 @@ use kdtree_quant::Dtype;
 use serde::{Deserialize, Serialize};
 
 use crate::arch::Arch;
+use crate::mla::MlaKv;
 
 /// The op of a GEMM's key: `Y = X · dequant(W)ᵀ` with int4 W.
 pub(crate) const OP_W4A16: &str = "w4a16";
@@ -54,12 +55,26 @@ pub struct ProblemKey {
     pub mla: Option<MlaKey>,
 }
 
-/// What an MLA attention key holds: the sizes the kernel's time depends on.
+/// What an MLA attention key holds: the sizes the kernel's time depends on, and the cache's entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct MlaKey {
     pub heads: u32,
     pub latent: u32,
     pub rope: u32,
+    /// Absent for a bf16 cache, so the DB files written before the FP8 cache read as they are.
+    #[serde(default, skip_serializing_if = "is_bf16")]
+    pub kv: MlaKv,
+}
+
+fn is_bf16(kv: &MlaKv) -> bool {
+    *kv == MlaKv::Bf16
+}
+
+impl MlaKey {
+    /// The key of `s` over a cache of `kv`.
+    pub fn of(s: &crate::mla::MlaShape, kv: MlaKv) -> MlaKey {
+        MlaKey { heads: s.heads as u32, latent: s.latent as u32, rope: s.rope as u32, kv }
+    }
 }
 
 /// What an MoE step's key adds to a GEMM's.
@@ -125,11 +140,12 @@ impl ProblemKey {
     }
 }
 
-/// `4096x7168 M=4`; `moe 4096x7168+7168x2048 E=384 top-8 uniform T=4`; `mla 64 heads, latent 512 + rope 64`.
+/// `4096x7168 M=4`; `moe 4096x7168+7168x2048 E=384 top-8 uniform T=4`; `mla 64 heads, latent 512 +
+/// rope 64, bf16 cache`.
 impl std::fmt::Display for ProblemKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if let Some(MlaKey { heads, latent, rope }) = self.mla {
-            return write!(f, "mla {heads} heads, latent {latent} + rope {rope}");
+        if let Some(MlaKey { heads, latent, rope, kv }) = self.mla {
+            return write!(f, "mla {heads} heads, latent {latent} + rope {rope}, {} cache", kv.name());
         }
         match self.moe_shape() {
             None if self.op == OP_DENSE16 => write!(f, "dense16 {} {} M={}", self.dtype, self.shape(), self.m_bucket),

@@ -23,7 +23,9 @@ use super::problem::{from_bits, to_bits};
 use super::search::Rejection;
 use super::session::Session;
 use crate::mla::reference::{Weights, attention};
-use crate::mla::{DeviceMask, MlaBuffers, MlaDecode, MlaKernel, MlaShape, NewMask, PagedCache, mla_host, upload_cache};
+use crate::mla::{
+    DeviceMask, MlaBuffers, MlaDecode, MlaKernel, MlaKv, MlaShape, NewMask, PagedCache, mla_host, upload_cache,
+};
 use crate::{Cache, Variant, compile_all_for};
 
 /// New rows per launch the grid times: a decode step, a small tree, DDTree's usual verify.
@@ -48,7 +50,7 @@ pub struct MlaPoint {
     pub chosen: Timing,
     pub best_variant: String,
     pub best_us: f64,
-    /// The latent entries the launch reads once (bf16), over the chosen variant's time.
+    /// The latent entries the launch reads once (in the cache's dtype), over the chosen variant's time.
     pub gbps: f64,
     /// Tensor-core FLOPs (scores and the latent output, both 2 per multiply-add) a second.
     pub tflops: f64,
@@ -74,8 +76,8 @@ fn widen(b: &[u16]) -> Vec<f32> {
     b.iter().map(|&x| from_bits(Dtype::Bf16, x)).collect()
 }
 
-/// The gate's cases, a causal block and a tree, with the reference's output: bf16 bits of q and kv,
-/// the committed entries, the mask, and `o_lat`.
+/// The gate's cases, a causal block and a tree, with the reference's output: bf16 bits of q, kv as
+/// the cache's words, the committed entries, the mask, and `o_lat` over the values the cache holds.
 struct GateCase {
     q: Vec<u16>,
     kv: Vec<u16>,
@@ -84,15 +86,15 @@ struct GateCase {
     want: Vec<f32>,
 }
 
-fn gate_cases(s: &MlaShape) -> Vec<GateCase> {
+fn gate_cases(s: &MlaShape, kv_dtype: MlaKv) -> Vec<GateCase> {
     let w = s.width();
     let tree = NewMask::tree(&[None, Some(0), Some(0), Some(1), Some(3)]);
     [(1u64, 1000usize, 8usize, NewMask::Causal), (2, 37, 5, tree)]
         .into_iter()
         .map(|(seed, past, n, mask)| {
             let q = to_bf16(&symmetric(n * s.heads * w, seed, 1.0));
-            let kv = to_bf16(&symmetric((past + n) * w, seed + 10, 1.0));
-            let want = attention(&widen(&q), &widen(&kv), past, &mask, s, Weights::Bf16);
+            let (kv, values) = kv_dtype.encode(&symmetric((past + n) * w, seed + 10, 1.0), s);
+            let want = attention(&widen(&q), &values, past, &mask, s, Weights::Bf16);
             GateCase { q, kv, past, mask, want }
         })
         .collect()
@@ -135,12 +137,20 @@ struct Grid {
 
 impl Grid {
     /// Points are (rows, context) in context-major order, rows no more than the context.
-    fn new(session: &Session, s: &MlaShape, rows: &[usize], contexts: &[usize], most_ws: usize) -> Result<Grid> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        session: &Session,
+        s: &MlaShape,
+        kv: MlaKv,
+        rows: &[usize],
+        contexts: &[usize],
+        most_ws: usize,
+    ) -> Result<Grid> {
         let (gpu, w) = (session.gpu, s.width());
         let st = &gpu.stream;
         let mut caches = Vec::new();
         for &c in contexts {
-            caches.push(upload_cache(gpu, &to_bf16(&symmetric(c * w, 3, 1.0)), w, PAGE, 1, 0)?);
+            caches.push(upload_cache(gpu, &kv.encode(&symmetric(c * w, 3, 1.0), s).0, kv.entry_words(s), PAGE, 1, 0)?);
         }
         let mut queries = Vec::new();
         for &r in rows {
@@ -193,24 +203,27 @@ impl Grid {
     }
 }
 
-/// Tunes the decode variant of `s` over `rows` x `contexts` and saves the winner in `db` (not to
-/// disk). Every valid variant of the arch is a candidate; `progress` gets (done, total) of the
-/// measurements.
+/// Tunes the decode variant of `s` over a cache of `kv` at `rows` x `contexts` and saves the winner
+/// in `db` (not to disk). Every valid variant of the arch for that cache is a candidate; `progress`
+/// gets (done, total) of the measurements.
+#[allow(clippy::too_many_arguments)]
 pub fn tune_mla(
     session: &mut Session,
     db: &mut TuningDb,
     cache: Option<&Cache>,
     s: &MlaShape,
+    kv: MlaKv,
     rows: &[usize],
     contexts: &[usize],
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<MlaTuned> {
     let arch = session.gpu.arch;
-    let key = ProblemKey::mla(MlaKey { heads: s.heads as u32, latent: s.latent as u32, rope: s.rope as u32 }, arch);
+    let key = ProblemKey::mla(MlaKey::of(s, kv), arch);
     let mut rejected = Vec::new();
     let (mut kernels, mut errors) = (Vec::new(), Vec::new());
-    let cases = gate_cases(s);
-    for (v, compiled) in compile_all_for(&MlaDecode::valid_on(arch), |v| v.compile_arch(arch), cache, |_| {}) {
+    let cases = gate_cases(s, kv);
+    let candidates: Vec<MlaDecode> = MlaDecode::valid_on(arch).into_iter().filter(|v| v.kv == kv).collect();
+    for (v, compiled) in compile_all_for(&candidates, |v| v.compile_arch(arch), cache, |_| {}) {
         let kernel = compiled.and_then(|c| MlaKernel::load(session.gpu, v, &c));
         match kernel {
             Ok(k) => match gate(session, &k, s, &cases)? {
@@ -231,7 +244,7 @@ pub fn tune_mla(
         .into());
     }
     let most_ws = kernels.iter().map(|k| k.variant().workspace_len(1, s.heads, s.latent)).max().unwrap_or(1);
-    let mut grid = Grid::new(session, s, rows, contexts, most_ws)?;
+    let mut grid = Grid::new(session, s, kv, rows, contexts, most_ws)?;
     let points = grid.points.len();
     if points == 0 {
         let reason = "no point of the grid has at most as many rows as its context".into();
@@ -261,7 +274,7 @@ pub fn tune_mla(
         let (r, c) = (grid.points[p].2, contexts[grid.points[p].1]);
         let (best_i, best_us) =
             times.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map(|(i, &t)| (i, t)).expect("timed");
-        let bytes = (c * s.width() * 2) as f64;
+        let bytes = (c * kv.entry_bytes(s)) as f64;
         let flops = 2.0 * (r * s.heads) as f64 * c as f64 * (s.width() + s.latent) as f64;
         reports.push(MlaPoint {
             rows: r,
@@ -285,7 +298,7 @@ pub fn tune_mla(
         timing: decode.chosen,
         error: f64::from(errors[chosen]),
         peers: Peers { cublas_bf16: None, cublas_f16: None, copy_gbps: session.copy_gbps },
-        bytes: (decode.context * s.width() * 2) as u64,
+        bytes: (decode.context * kv.entry_bytes(s)) as u64,
         timed: kernels.len() as u32,
         rejected: rejected.clone(),
         tuned_at_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
@@ -293,14 +306,15 @@ pub fn tune_mla(
     Ok(MlaTuned { key, variant, mean_slowdown, points: reports, copy_gbps: session.copy_gbps, rejected })
 }
 
-/// The decode variant the DB holds for `s` on this environment, if any.
+/// The decode variant the DB holds for `s` over a cache of `kv` on this environment, if any.
 pub fn tuned_variant(
     db: &TuningDb,
     env: &super::env::Environment,
     arch: crate::Arch,
     s: &MlaShape,
+    kv: MlaKv,
 ) -> Option<MlaDecode> {
-    let key = ProblemKey::mla(MlaKey { heads: s.heads as u32, latent: s.latent as u32, rope: s.rope as u32 }, arch);
+    let key = ProblemKey::mla(MlaKey::of(s, kv), arch);
     let v = MlaDecode::from_name(&db.best_variant(&key, env)?.variant)?;
-    v.check(&crate::Target { arch }).is_ok().then_some(v)
+    (v.kv == kv && v.check(&crate::Target { arch }).is_ok()).then_some(v)
 }

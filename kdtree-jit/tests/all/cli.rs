@@ -176,8 +176,21 @@ fn the_mla_families_are_listed_rendered_and_compiled_like_the_gemms() {
     let f32 = kdtree_jit::mla_f32::MlaF32::default_for(&Target { arch: Arch(90) });
     assert!(stdout(&kdtree_jit(&["render", &f32.name()])).contains(&f32.gather_name()));
 
+    // An FP8 cache's variants render their widening; the bf16 ones do not.
+    let fp8 = MlaDecode::default_for_kv(&Target { arch: Arch(90) }, kdtree_jit::mla::MlaKv::Fp8);
+    assert!(stdout(&kdtree_jit(&["render", &fp8.name()])).contains("constexpr bool KV_FP8 = true;"));
+    assert!(stdout(&kdtree_jit(&["render", &decode])).contains("constexpr bool KV_FP8 = false;"));
+    let fp8_aux = MlaAux::beside(&fp8);
+
     // One variant of each family, through the same command as the GEMMs (the CI gate compiles all).
-    for (family, name) in [("mla", decode), ("mla-aux", aux.name()), ("mla-f32", f32.name())] {
+    let families = [
+        ("mla", decode),
+        ("mla", fp8.name()),
+        ("mla-aux", aux.name()),
+        ("mla-aux", fp8_aux.name()),
+        ("mla-f32", f32.name()),
+    ];
+    for (family, name) in families {
         let args = ["compile", "--arch", "90", "--family", family, "--filter", &name, "--json", "--no-cache"];
         let summary: serde_json::Value = serde_json::from_str(&stdout(&kdtree_jit(&args))).unwrap();
         assert_eq!(summary["errors"].as_array().unwrap().len(), 0);

@@ -2,7 +2,8 @@
 //! heads, latent 512, rope 64) and tiny ones, contexts off the tile edges, one row, a draft tree
 //! (bits), a causal block and a full block, over shuffled pages; a tree row against the same row
 //! decoded alone, bit for bit (batch invariance); absorb, unabsorb, append and gather against their
-//! references; and a timing of K2's attention. Run on a GPU machine:
+//! references, for a bf16 and an FP8 cache; an FP8 variant against its bf16 twin on the values its
+//! cache holds, bit for bit; and a timing of K2's attention. Run on a GPU machine:
 //! `cargo test --release -p kdtree-jit --test gpu_mla -- --ignored --nocapture --test-threads=1`.
 
 use std::path::Path;
@@ -10,7 +11,7 @@ use std::path::Path;
 use half::bf16;
 use kdtree_jit::mla::reference::{Weights, absorb_query, attention, unabsorb_output};
 use kdtree_jit::mla::{
-    AuxKernel, Companions, DeviceMask, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaShape, NewMask, PagedCache,
+    AuxKernel, Companions, DeviceMask, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaKv, MlaShape, NewMask, PagedCache,
     absorb_host, mla_host, unabsorb_host, upload_cache,
 };
 use kdtree_jit::{Cache, Gpu, Target, Variant, compile_all_for};
@@ -32,8 +33,11 @@ fn cache() -> Cache {
 
 /// Every valid decode variant of the GPU, loaded.
 fn kernels(gpu: &Gpu) -> Vec<MlaKernel> {
-    let valid = MlaDecode::valid(&Target { arch: gpu.arch });
-    compile_all_for(&valid, |v| v.compile_arch(gpu.arch), Some(&cache()), |_| {})
+    load(gpu, &MlaDecode::valid(&Target { arch: gpu.arch }))
+}
+
+fn load(gpu: &Gpu, variants: &[MlaDecode]) -> Vec<MlaKernel> {
+    compile_all_for(variants, |v| v.compile_arch(gpu.arch), Some(&cache()), |_| {})
         .into_iter()
         .map(|(v, c)| MlaKernel::load(gpu, v, &c.unwrap_or_else(|e| panic!("{}: {e}", v.name()))).unwrap())
         .collect()
@@ -90,12 +94,17 @@ fn every_valid_variant_matches_the_reference() {
         let s = &case.shape;
         let w = s.width();
         let q = bits(&symmetric(case.n * s.heads * w, 10 + ci as u64, case.q_amp));
-        let kv = bits(&symmetric((case.past + case.n) * w, 100 + ci as u64, 1.0));
-        let want = attention(&widen(&q), &widen(&kv), case.past, &case.mask, s, Weights::Bf16);
+        let entries = symmetric((case.past + case.n) * w, 100 + ci as u64, 1.0);
+        // Per cache kind: its words, and the reference over the values they hold.
+        let inputs = [MlaKv::Bf16, MlaKv::Fp8].map(|kv| {
+            let (words, values) = kv.encode(&entries, s);
+            (words, attention(&widen(&q), &values, case.past, &case.mask, s, Weights::Bf16))
+        });
         let mut worst_case: (f32, String) = (0.0, String::new());
         for k in &kernels {
-            let got = mla_host(&gpu, k, s, &q, &kv, case.past, &case.mask, case.page).unwrap();
-            let e = worst(&got, &want, 1.0);
+            let (kv, want) = &inputs[k.variant().kv as usize];
+            let got = mla_host(&gpu, k, s, &q, kv, case.past, &case.mask, case.page).unwrap();
+            let e = worst(&got, want, 1.0);
             if e > worst_case.0 {
                 worst_case = (e, k.variant().name());
             }
@@ -118,13 +127,16 @@ fn a_tree_row_equals_the_same_row_decoded_alone_bit_for_bit() {
     let parents = [None, Some(0), Some(0), Some(1), Some(3), Some(2)];
     let (past, n) = (1000, parents.len());
     let q = bits(&symmetric(n * s.heads * w, 1, 1.0));
-    let kv = bits(&symmetric((past + n) * w, 2, 1.0));
+    let entries = symmetric((past + n) * w, 2, 1.0);
     let mask = NewMask::tree(&parents);
     let causal_q = bits(&symmetric(64 * s.heads * w, 3, 1.0));
-    let causal_kv = bits(&symmetric((past + 64) * w, 4, 1.0));
+    let causal_entries = symmetric((past + 64) * w, 4, 1.0);
     let mut failures = Vec::new();
     for k in &kernels(&gpu) {
         let name = k.variant().name();
+        // Entries are quantized one by one: a slice of the words is the words of the slice.
+        let (kv, causal_kv) = (k.variant().kv.encode(&entries, &s).0, k.variant().kv.encode(&causal_entries, &s).0);
+        let w = k.variant().kv.entry_words(&s);
         let tree = mla_host(&gpu, k, &s, &q, &kv, past, &mask, 64).unwrap();
         for (i, _) in parents.iter().enumerate() {
             // Row i alone: its path's entries appended to the committed ones, decoded as one new row.
@@ -140,7 +152,7 @@ fn a_tree_row_equals_the_same_row_decoded_alone_bit_for_bit() {
                 alone_kv.extend_from_slice(&kv[(past + j) * w..][..w]);
             }
             let alone_past = past + path.len() - 1;
-            let row_q = &q[i * s.heads * w..][..s.heads * w];
+            let row_q = &q[i * s.heads * s.width()..][..s.heads * s.width()];
             // Other page sizes: the layout must not matter either.
             let alone = mla_host(&gpu, k, &s, row_q, &alone_kv, alone_past, &NewMask::Causal, 16).unwrap();
             let row = &tree[i * s.heads * s.latent..][..s.heads * s.latent];
@@ -154,7 +166,7 @@ fn a_tree_row_equals_the_same_row_decoded_alone_bit_for_bit() {
             &gpu,
             k,
             &s,
-            &causal_q[..10 * s.heads * w],
+            &causal_q[..10 * s.heads * s.width()],
             &causal_kv[..(past + 10) * w],
             past,
             &NewMask::Causal,
@@ -169,7 +181,7 @@ fn a_tree_row_equals_the_same_row_decoded_alone_bit_for_bit() {
             &gpu,
             k,
             &s,
-            &causal_q[r * s.heads * w..][..s.heads * w],
+            &causal_q[r * s.heads * s.width()..][..s.heads * s.width()],
             &causal_kv[..(past + r + 1) * w],
             past + r,
             &NewMask::Causal,
@@ -183,15 +195,15 @@ fn a_tree_row_equals_the_same_row_decoded_alone_bit_for_bit() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-fn aux(gpu: &Gpu) -> AuxKernel {
-    AuxKernel::compile(gpu, MlaAux::default_for(&Target { arch: gpu.arch }), Some(&cache())).unwrap()
+fn aux(gpu: &Gpu, kv: MlaKv) -> AuxKernel {
+    AuxKernel::compile(gpu, MlaAux { kv, ..MlaAux::default_for(&Target { arch: gpu.arch }) }, Some(&cache())).unwrap()
 }
 
 #[test]
 #[ignore = "needs a GPU"]
 fn absorb_and_unabsorb_match_their_references() {
     let gpu = Gpu::open(0).unwrap();
-    let k = aux(&gpu);
+    let k = aux(&gpu, MlaKv::Bf16);
     let tiny = MlaShape { heads: 3, nope: 16, rope: 16, v: 24, latent: 32, scale: 1.0 };
     for s in [K2, tiny] {
         let kv_b = bits(&symmetric(s.heads * (s.nope + s.v) * s.latent, 7, 0.1));
@@ -221,14 +233,20 @@ fn absorb_and_unabsorb_match_their_references() {
 #[ignore = "needs a GPU"]
 fn append_then_gather_round_trips_through_shuffled_pages() {
     let gpu = Gpu::open(0).unwrap();
-    let k = aux(&gpu);
     let st = &gpu.stream;
-    for s in [K2, MlaShape { heads: 2, nope: 16, rope: 16, v: 16, latent: 32, scale: 1.0 }] {
+    let shapes = [K2, MlaShape { heads: 2, nope: 16, rope: 16, v: 16, latent: 32, scale: 1.0 }];
+    for (s, kv) in shapes.into_iter().flat_map(|s| [(s, MlaKv::Bf16), (s, MlaKv::Fp8)]) {
+        let k = aux(&gpu, kv);
         let w = s.width();
         let (past, n, page) = (70, 9, 16);
-        let old = bits(&symmetric((past + n) * w, 11, 1.0));
-        let (_pool, table) = upload_cache(&gpu, &old, w, page, 2, 1).unwrap();
-        let latent = symmetric(n * s.latent, 12, 3.0);
+        let (old, old_values) = kv.encode(&symmetric((past + n) * w, 11, 1.0), &s);
+        let (_pool, table) = upload_cache(&gpu, &old, kv.entry_words(&s), page, 2, 1).unwrap();
+        // Groups of every range, down to e4m3's subnormals, and values beyond bf16's precision.
+        let latent: Vec<f32> = symmetric(n * s.latent, 12, 3.0)
+            .iter()
+            .enumerate()
+            .map(|(i, x)| x * 2f32.powi((i / 32 % 7) as i32 * 5 - 20))
+            .collect();
         let k_pe = symmetric(n * s.rope, 13, 3.0);
         let (ld, kd, pd) =
             (st.clone_htod(&latent).unwrap(), st.clone_htod(&k_pe).unwrap(), st.clone_htod(&[past as u32]).unwrap());
@@ -242,13 +260,14 @@ fn append_then_gather_round_trips_through_shuffled_pages() {
         for (i, &t) in idx.iter().enumerate() {
             let t = t as usize;
             let want: Vec<f32> = if t < past {
-                widen(&old[t * w..][..w])
+                old_values[t * w..][..w].to_vec()
             } else {
                 let j = t - past;
                 let entry = [&latent[j * s.latent..][..s.latent], &k_pe[j * s.rope..][..s.rope]].concat();
-                widen(&bits(&entry))
+                kv.encode(&entry, &s).1
             };
-            assert_eq!(out[i * w..][..w], want[..], "entry {t}");
+            let got: Vec<u32> = out[i * w..][..w].iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{kv:?}: entry {t}");
         }
     }
 }
@@ -275,12 +294,14 @@ fn a_workspace_of_few_rows_runs_the_rows_in_slices_with_the_same_bits() {
     let s = K2;
     let w = s.width();
     let (past, n) = (300, 40);
-    let kv = bits(&symmetric((past + n) * w, 31, 1.0));
-    let (_pool, table) = upload_cache(&gpu, &kv, w, 64, 1, 0).unwrap();
+    let entries = symmetric((past + n) * w, 31, 1.0);
+    let caches = [MlaKv::Bf16, MlaKv::Fp8]
+        .map(|kv| upload_cache(&gpu, &kv.encode(&entries, &s).0, kv.entry_words(&s), 64, 1, 0).unwrap());
     let st = &gpu.stream;
     let q = st.clone_htod(&bits(&symmetric(n * s.heads * w, 32, 1.0))).unwrap();
     let past_d = st.clone_htod(&[past as u32]).unwrap();
     for k in &kernels(&gpu) {
+        let table = &caches[k.variant().kv as usize].1;
         let run = |rows: usize| {
             let mut workspace = st.alloc_zeros::<f32>(k.variant().workspace_len(rows, s.heads, s.latent)).unwrap();
             let mut o_lat = st.alloc_zeros::<f32>(n * s.heads * s.latent).unwrap();
@@ -318,14 +339,14 @@ fn bench_k2_attention() {
     let mut flusher = Flusher::new(&gpu, FlushMode::Read, sms).unwrap();
     let mut clock = CudaClock::new(gpu.stream.clone());
     let kernels = kernels(&gpu);
-    let default = MlaDecode::default_for(&Target { arch: gpu.arch });
     let st = &gpu.stream;
     let cfg = BenchConfig { warmup: 3, reps: 30, batch: 10, give_up: 3.0 };
     for ctx in [32768usize, 131072, 4096] {
         for n in [1usize, 64] {
             let past = ctx - n;
-            let kv = bits(&symmetric(ctx * w, 21, 1.0));
-            let (_pool, table) = upload_cache(&gpu, &kv, w, 64, 1, 0).unwrap();
+            let entries = symmetric(ctx * w, 21, 1.0);
+            let caches = [MlaKv::Bf16, MlaKv::Fp8]
+                .map(|kv| upload_cache(&gpu, &kv.encode(&entries, &s).0, kv.entry_words(&s), 64, 1, 0).unwrap());
             let q = st.clone_htod(&bits(&symmetric(n * s.heads * w, 22, 1.0))).unwrap();
             let past_d = st.clone_htod(&[past as u32]).unwrap();
             let most = kernels.iter().map(|k| k.variant().workspace_len(n, s.heads, s.latent)).max().unwrap();
@@ -334,6 +355,7 @@ fn bench_k2_attention() {
             let mut rows = Vec::new();
             let mut best: Option<f64> = None;
             for k in &kernels {
+                let table = &caches[k.variant().kv as usize].1;
                 let mut run = || {
                     let b = MlaBuffers {
                         q: q.as_view(),
@@ -347,21 +369,26 @@ fn bench_k2_attention() {
                 };
                 let t = measure(&mut clock, &cfg, best, || flusher.flush(st), &mut run).unwrap();
                 best = Some(best.map_or(t.median_us, |b: f64| b.min(t.median_us)));
-                rows.push((t.median_us, k.variant().name()));
+                rows.push((t.median_us, k.variant().name(), k.variant().kv));
             }
             rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let gbps = |us: f64| (ctx * w * 2) as f64 / us / 1e3;
-            let of_default = rows.iter().find(|r| r.1 == default.name()).map_or(f64::NAN, |r| r.0);
-            eprintln!(
-                "K2 T={n} L={ctx}: best {} {:.1} us ({:.0} GB/s); default {} {:.1} us ({:.0} GB/s); next {:?}",
-                rows[0].1,
-                rows[0].0,
-                gbps(rows[0].0),
-                default.name(),
-                of_default,
-                gbps(of_default),
-                &rows[1..4.min(rows.len())]
-            );
+            // Per cache kind: the bytes its entries take, read once.
+            for kv in [MlaKv::Bf16, MlaKv::Fp8] {
+                let rows: Vec<&(f64, String, MlaKv)> = rows.iter().filter(|r| r.2 == kv).collect();
+                let Some(best) = rows.first() else { continue };
+                let gbps = |us: f64| (ctx * kv.entry_bytes(&s)) as f64 / us / 1e3;
+                let default = MlaDecode::default_for_kv(&Target { arch: gpu.arch }, kv).name();
+                let of_default = rows.iter().find(|r| r.1 == default).map_or(f64::NAN, |r| r.0);
+                let next: Vec<(f64, &str)> = rows[1..4.min(rows.len())].iter().map(|r| (r.0, r.1.as_str())).collect();
+                eprintln!(
+                    "K2 T={n} L={ctx} {} cache: best {} {:.1} us ({:.0} GB/s); default {default} {of_default:.1} us ({:.0} GB/s); next {next:?}",
+                    kv.name(),
+                    best.1,
+                    best.0,
+                    gbps(best.0),
+                    gbps(of_default),
+                );
+            }
         }
     }
 }
@@ -376,14 +403,48 @@ fn the_tuner_picks_a_gated_variant_and_the_db_gives_it_back() {
     let gpu = Gpu::open(0).unwrap();
     let mut session = Session::open(&gpu, FlushMode::Read).unwrap();
     let mut db = TuningDb::default();
-    let mut calls = 0;
-    let tuned = tune_mla(&mut session, &mut db, Some(&cache()), &K2, &[1, 8], &[2048], &mut |_, _| calls += 1).unwrap();
-    eprintln!("{}", serde_json::to_string_pretty(&tuned).unwrap());
-    assert!(tuned.rejected.is_empty(), "{:?}", tuned.rejected);
-    assert_eq!(tuned.points.len(), 2);
-    assert!(tuned.mean_slowdown >= 1.0);
-    assert!(calls > 0);
-    let chosen = tuned_variant(&db, &session.env, gpu.arch, &K2).expect("saved");
-    assert_eq!(chosen.name(), tuned.variant);
-    assert!(MlaDecode::valid_on(gpu.arch).contains(&chosen));
+    for kv in [MlaKv::Bf16, MlaKv::Fp8] {
+        let mut calls = 0;
+        let tuned =
+            tune_mla(&mut session, &mut db, Some(&cache()), &K2, kv, &[1, 8], &[2048], &mut |_, _| calls += 1).unwrap();
+        eprintln!("{}", serde_json::to_string_pretty(&tuned).unwrap());
+        assert!(tuned.rejected.is_empty(), "{:?}", tuned.rejected);
+        assert_eq!(tuned.points.len(), 2);
+        assert!(tuned.mean_slowdown >= 1.0);
+        assert!(calls > 0);
+        let chosen = tuned_variant(&db, &session.env, gpu.arch, &K2, kv).expect("saved");
+        assert_eq!((chosen.name(), chosen.kv), (tuned.variant, kv));
+        assert!(MlaDecode::valid_on(gpu.arch).contains(&chosen));
+    }
+}
+
+/// An FP8 variant widens its tiles to exactly the bf16 values its entries hold, then runs its bf16
+/// twin's arithmetic: on a bf16 cache of those values the twin gives the same bits, row for row, for
+/// a tree and a causal block, at K2's sizes.
+#[test]
+#[ignore = "needs a GPU (sm_89 or later: e4m3)"]
+fn an_fp8_variant_computes_what_its_bf16_twin_computes_on_the_values_it_holds() {
+    let gpu = Gpu::open(0).unwrap();
+    let fp8: Vec<MlaDecode> =
+        MlaDecode::valid(&Target { arch: gpu.arch }).into_iter().filter(|v| v.kv == MlaKv::Fp8).collect();
+    assert!(!fp8.is_empty());
+    let twins: Vec<MlaDecode> = fp8.iter().map(|v| MlaDecode { kv: MlaKv::Bf16, ..*v }).collect();
+    let (fp8, twins) = (load(&gpu, &fp8), load(&gpu, &twins));
+    let s = K2;
+    let tree = NewMask::tree(&[None, Some(0), Some(0), Some(1), Some(3)]);
+    let mut failures = Vec::new();
+    for (past, n, mask) in [(4999, 5, tree), (1000, 64, NewMask::Causal), (70, 1, NewMask::Causal)] {
+        let q = bits(&symmetric(n * s.heads * s.width(), 41, 1.0));
+        let (words, values) = MlaKv::Fp8.encode(&symmetric((past + n) * s.width(), 42, 1.0), &s);
+        let held = bits(&values);
+        assert_eq!(widen(&held), values, "the values an FP8 cache holds are bf16 values");
+        for (k, twin) in fp8.iter().zip(&twins) {
+            let got = mla_host(&gpu, k, &s, &q, &words, past, &mask, 64).unwrap();
+            let want = mla_host(&gpu, twin, &s, &q, &held, past, &mask, 64).unwrap();
+            if got.iter().zip(&want).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                failures.push(format!("{} vs {}: {past} + {n}", k.variant().name(), twin.variant().name()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

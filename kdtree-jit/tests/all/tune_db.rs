@@ -285,14 +285,18 @@ fn a_hand_made_key_of_bucket_zero_finds_the_nearest_bucket_without_a_panic() {
 #[test]
 fn an_mla_entry_round_trips_and_is_found_for_its_heads_only() {
     use kdtree_jit::Variant;
-    use kdtree_jit::mla::{MlaDecode, MlaShape};
+    use kdtree_jit::mla::{MlaDecode, MlaKv, MlaShape};
     use kdtree_jit::tune::key::MlaKey;
     use kdtree_jit::tune::mla::tuned_variant;
-    let k2 = MlaKey { heads: 64, latent: 512, rope: 64 };
+    let k2 = MlaKey { heads: 64, latent: 512, rope: 64, kv: MlaKv::Bf16 };
     let mla = ProblemKey::mla(k2, Arch(90));
-    assert_eq!(mla.to_string(), "mla 64 heads, latent 512 + rope 64");
+    assert_eq!(mla.to_string(), "mla 64 heads, latent 512 + rope 64, bf16 cache");
+    // A bf16 key reads and writes as the keys written before the FP8 cache: no `kv` field.
+    assert!(!serde_json::to_string(&mla).unwrap().contains("kv"));
+    let fp8 = ProblemKey::mla(MlaKey { kv: MlaKv::Fp8, ..k2 }, Arch(90));
     let db = db_with([
         entry(mla.clone(), Environment::sample_h200(), "mla_decode_mma_h32n32_s2_x32"),
+        entry(fp8.clone(), Environment::sample_h200(), "mla_decode_mma_fp8_h64n32_s4_x64"),
         entry(key(1), Environment::sample_h200(), "w4a16_x"),
     ]);
     let dir = tempfile::tempdir().unwrap();
@@ -306,12 +310,23 @@ fn an_mla_entry_round_trips_and_is_found_for_its_heads_only() {
     assert!(db.best_variant(&other, &Environment::sample_h200()).is_none());
 
     let shape = MlaShape { heads: 64, nope: 128, rope: 64, v: 128, latent: 512, scale: 0.1 };
+    let env = Environment::sample_h200();
     assert_eq!(
-        tuned_variant(&db, &Environment::sample_h200(), Arch(90), &shape),
+        tuned_variant(&db, &env, Arch(90), &shape, MlaKv::Bf16),
         MlaDecode::from_name("mla_decode_mma_h32n32_s2_x32")
     );
-    assert_eq!(tuned_variant(&db, &Environment::sample_h200(), Arch(90), &MlaShape { heads: 16, ..shape }), None);
-    // 64 heads with two 64-entry stages needs more shared memory than sm_90 has: never loaded.
-    let db = db_with([entry(mla, Environment::sample_h200(), "mla_decode_mma_h64n64_s2_x32")]);
-    assert_eq!(tuned_variant(&db, &Environment::sample_h200(), Arch(90), &shape), None);
+    // Each cache finds its own entry.
+    assert_eq!(
+        tuned_variant(&db, &env, Arch(90), &shape, MlaKv::Fp8),
+        MlaDecode::from_name("mla_decode_mma_fp8_h64n32_s4_x64")
+    );
+    assert_eq!(tuned_variant(&db, &env, Arch(90), &MlaShape { heads: 16, ..shape }, MlaKv::Bf16), None);
+    // 64 heads with two 64-entry stages needs more shared memory than sm_90 has: never loaded; nor
+    // is a variant of the other cache's kind filed under a key.
+    let db = db_with([
+        entry(mla, env.clone(), "mla_decode_mma_h64n64_s2_x32"),
+        entry(fp8, env.clone(), "mla_decode_mma_h64n32_s2_x32"),
+    ]);
+    assert_eq!(tuned_variant(&db, &env, Arch(90), &shape, MlaKv::Bf16), None);
+    assert_eq!(tuned_variant(&db, &env, Arch(90), &shape, MlaKv::Fp8), None);
 }

@@ -1,0 +1,45 @@
+// FP8 cache entries (kdtree-jit's mla::fp8): the latent in e4m3 with a scale byte b per 32 values
+// standing for 2^(b - 127), padded to 16 bytes, then the rope key in bf16. The conversions are
+// sm_89's; each rounds as the CPU reference does, so the bytes and values match it exactly.
+
+// Two f32 -> two e4m3 codes (lo in the low byte): nearest even, finite values saturated to ±448.
+__device__ __forceinline__ u16 f32x2_e4m3(float lo, float hi) {
+    u16 r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// Two e4m3 codes (lo in the low byte) -> two f32, exact (through f16, which holds every code).
+__device__ __forceinline__ float2 e4m3x2_f32(u16 codes) {
+    u32 h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(codes));
+    float lo, hi;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"((u16)(h2 & 0xffff)));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"((u16)(h2 >> 16)));
+    return make_float2(lo, hi);
+}
+
+// The scale byte of a group whose largest magnitude is amax: the least b in 1..254 with amax <= 448 x
+// 2^(b - 127) (448 = 1.75 x 2^8).
+__device__ __forceinline__ int fp8_scale_byte(float amax) {
+    const u32 bits = __float_as_uint(amax) & 0x7fffffffu;
+    const int over = (bits & 0x7fffffu) > 0x600000u ? 1 : 0;
+    return min(max((int)(bits >> 23) - 8 + over, 1), 254);
+}
+
+__device__ __forceinline__ float fp8_scale(unsigned char byte) { return __uint_as_float((u32)byte << 23); }
+
+// 16 codes (little-endian in c) of one scale -> 16 bf16 values at dst (8 pairs): each code's value
+// times the scale, rounded to bf16 (exact: a power of two times 4 significant bits).
+__device__ __forceinline__ void widen16(uint4 c, float scale, u32* dst) {
+    const u32 w[4] = {c.x, c.y, c.z, c.w};
+    u32 out[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 a = e4m3x2_f32((u16)(w[i] & 0xffff)), b = e4m3x2_f32((u16)(w[i] >> 16));
+        out[2 * i] = pack_bf16(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale));
+        out[2 * i + 1] = pack_bf16(__fmul_rn(b.x, scale), __fmul_rn(b.y, scale));
+    }
+    *(uint4*)dst = make_uint4(out[0], out[1], out[2], out[3]);
+    *(uint4*)(dst + 4) = make_uint4(out[4], out[5], out[6], out[7]);
+}
