@@ -131,6 +131,11 @@ fn generate_states_the_compute_dtype_and_dtype_chooses_it() {
     says(&["--dtype", "bf16"], &["compute dtype: bf16 (--dtype; the checkpoint is f32)", "MLA latent in bf16"]);
     says(&["--dtype", "f16", "--kv-dtype", "f32"], &["compute dtype: f16 (--dtype; the checkpoint is f32)", "in f32"]);
     says(&["--dtype", "f32"], &["compute dtype: f32 (the checkpoint's)"]);
+    // fp8: 32 e4m3 codes and a scale byte padded to 48 bytes, 16 bf16 rope values: 80 bytes a layer.
+    says(&["--dtype", "bf16", "--kv-dtype", "fp8"], &["MLA latent in fp8, 80 bytes a token a layer"]);
+    let output = generate(f32_model.path(), &["--kv-dtype", "fp8", "--mla-variant", "mla_decode_mma_h64n32_s2_x64"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("reads a bf16 cache, the model's is fp8"), "{stderr}");
 
     let output = generate(f32_model.path(), &["--dtype", "bf16", "--json"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -233,4 +238,18 @@ fn cuda_refuses_f16_compute_and_keeps_a_bf16_checkpoint_in_bf16() {
     assert_eq!(bf16.heads().kv, KvDtype::Bf16);
     assert!(greedy_generate(&bf16, &[1, 2, 3], 8, &[]).is_ok());
     assert!(bf16.set_kv_dtype(KvDtype::F32).is_err());
+}
+
+#[test]
+fn an_fp8_cache_needs_whole_scale_groups_and_changes_nothing_when_refused() {
+    let odd = written(&TinySpec { kv_lora_rank: 48, ..TinySpec::default() });
+    let mut model = Model::load(odd.path()).unwrap();
+    let err = model.set_kv_dtype(KvDtype::Fp8).unwrap_err().to_string();
+    assert!(err.contains("kv_lora_rank 48 is not a multiple of its scale groups of 32"), "{err}");
+    assert_eq!(model.heads().kv, KvDtype::Bf16);
+    let fine = written(&TinySpec::default());
+    let mut model = Model::load(fine.path()).unwrap();
+    model.set_kv_dtype(KvDtype::Fp8).unwrap();
+    assert_eq!((model.heads().kv, model.heads().kv_bytes_per_token(2)), (KvDtype::Fp8, 160));
+    assert!(greedy_generate(&model, &[1, 2, 3], 8, &[]).is_ok());
 }
