@@ -80,7 +80,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
             const char* src = ring + r * stride;
             u32* dst = (u32*)(tile + r * qs * 2);
             if (p < lat) {
-                widen16(*(const uint4*)(src + p * 16), fp8_scale((unsigned char)src[latent + p / 2]), dst + p * 8);
+                u32 v[8];
+                widen16(*(const uint4*)(src + p * 16), fp8_scale((unsigned char)src[latent + p / 2]), v);
+                *(uint4*)(dst + p * 8) = make_uint4(v[0], v[1], v[2], v[3]);
+                *(uint4*)(dst + p * 8 + 4) = make_uint4(v[4], v[5], v[6], v[7]);
             } else {
                 *(uint4*)(dst + latent / 2 + (p - lat) * 4) = *(const uint4*)(src + stride - 2 * rope + (p - lat) * 16);
             }

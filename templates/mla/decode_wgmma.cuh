@@ -9,6 +9,11 @@
 // mma form's warps read it once per 16 heads. Columns past the entry's width are zero in Q and in
 // every tile (all WB blocks, whatever the width: a fixed count of wgmmas keeps them pipelined), so
 // S sums the entry's own products only.
+//
+// An FP8 cache's tiles land as they are in a ring of their own, and warpgroup 1 widens tile k + 1
+// into the other of two swizzled bf16 tiles while warpgroup 0 computes S and the softmax of tile k
+// (warpgroup 1's idle time in the bf16 form), so the math reads bf16 tiles as it does for a bf16
+// cache.
 
 {% include "common/wgmma.cuh" %}
 
@@ -19,6 +24,10 @@ constexpr int KBLOCK = BN * 128;             // a column block of a tile
 constexpr int Q_BYTES = WB * QBLOCK;
 constexpr int TILE_BYTES = WB * KBLOCK;
 constexpr int HALF = MAX_LATENT / 2;         // latent dims a warpgroup accumulates: P · V's N
+// FP8: the widest entry as it is stored (latent codes and scales padded to 16 bytes, bf16 rope), and
+// the ring of STAGES raw tiles beside two widened ones; bf16: STAGES tiles.
+constexpr int RAW_ROW = (MAX_LATENT + MAX_LATENT / 32 + 15) / 16 * 16 + 2 * 64;
+constexpr int RING_BYTES = KV_FP8 ? 2 * TILE_BYTES + STAGES * BN * RAW_ROW : STAGES * TILE_BYTES;
 static_assert(HB == 64 && (BN == 32 || BN == 64), "the wgmma form takes 64 heads and 32- or 64-entry tiles");
 {% set ns = bn / 2 %}
 // s (BN / 2 sums a thread) += A · Bᵀ, m64nBNk16, both K-major from shared memory.
@@ -50,14 +59,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
     const u32* __restrict__ bits, float* __restrict__ part_o, float* __restrict__ part_ml, int row0, int n,
     int heads, int latent, int rope, int layer, int page_shift, int mode, float scale_log2) {
     // Shared memory, all dynamic (its base is then 1024-aligned, as the swizzle atoms must be): Q,
-    // STAGES tiles, P [64 heads][BN entries] bf16 (in one 64-column block), the heads' rescales [64] f32,
-    // the visible list and its count.
+    // the tiles (RING_BYTES), P [64 heads][BN entries] bf16 (in one 64-column block), the heads'
+    // rescales [64] f32, the visible list and its count.
     extern __shared__ uint4 smem[];
     const u32 q_s = smem_addr(smem);
     if (q_s % 1024 != 0) __trap();  // the descriptors' base offset 0 assumes aligned atoms
-    const u32 kv_s = q_s + Q_BYTES;
-    const u32 p_s = kv_s + STAGES * TILE_BYTES;
-    u32* p_words = (u32*)((char*)smem + Q_BYTES + STAGES * TILE_BYTES);
+    const u32 kv_s = q_s + Q_BYTES;  // FP8: the two widened tiles, then the raw ring
+    const u32 p_s = kv_s + RING_BYTES;
+    u32* p_words = (u32*)((char*)smem + Q_BYTES + RING_BYTES);
     float* alpha_s = (float*)((char*)p_words + QBLOCK);
     u16* vis = (u16*)(alpha_s + HB);
     int* vis_count = (int*)(vis + MAX_NEW);
@@ -98,20 +107,79 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
     constexpr int COPIERS = THREADS / 2;
     constexpr int ROWS = BN / (COPIERS / LPR);
     const int cr = (tid - COPIERS) / LPR;
-    const u16* src[ROWS];
+    const int stride = entry_bytes(latent, rope);
+    const char* src[ROWS];
     auto locate = [&](int k) {
         if (wg != 1) return;
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
             const int ci = start + k * BN + cr + i * (COPIERS / LPR);
-            src[i] = k < ntiles && ci < end ? (const u16*)entry_at(table, past, vis, ci, layer, page_shift, 2 * width) : nullptr;
+            src[i] = k < ntiles && ci < end ? entry_at(table, past, vis, ci, layer, page_shift, stride) : nullptr;
         }
     };
+{% if kv %}
+    // Raw tile k into ring slot k % STAGES, entries as they are (rows past `end` zero-filled: they
+    // widen to zeros, their scale byte being 0).
+    const u32 raw_s = kv_s + 2 * TILE_BYTES;
+    auto load_tile = [&](int k) {
+        if (wg != 1) return;
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) {
+            const u32 dst = raw_s + ((k % STAGES) * BN + cr + i * (COPIERS / LPR)) * RAW_ROW;
+            const bool ok = src[i] != nullptr;
+            for (int piece = lp; piece < stride / 16; piece += LPR) {
+                cp_async16(dst + piece * 16, ok ? src[i] + piece * 16 : (const char*)q, ok);
+            }
+        }
+    };
+    // Warpgroup 1 widens raw tile k into widened tile k % 2, in the swizzle: value piece c (8 values)
+    // of row r at column block c / 8, place (c % 8) ^ (r % 8).
+    const int lat = latent / 16, per_row = lat + rope / 8;
+    // Warpgroup 1's own barrier (named barrier 1): its threads' copies of a raw tile, each waited for
+    // by the thread that issued it, are all in place before any thread widens them.
+    auto copiers_sync = [] { asm volatile("bar.sync 1, 128;" ::: "memory"); };
+    auto widen = [&](int k) {
+        const char* ring = (const char*)smem + Q_BYTES + 2 * TILE_BYTES + (k % STAGES) * BN * RAW_ROW;
+        char* tile = (char*)smem + Q_BYTES + (k % 2) * TILE_BYTES;
+        auto at = [&](int r, int c) { return (uint4*)(tile + (c / 8) * KBLOCK + r * 128 + (((c % 8) ^ (r % 8)) << 4)); };
+        for (int i = tid - COPIERS; i < BN * per_row; i += COPIERS) {
+            const int r = i / per_row, p = i % per_row;
+            const char* e = ring + r * RAW_ROW;
+            if (p < lat) {
+                u32 v[8];
+                widen16(*(const uint4*)(e + p * 16), fp8_scale((unsigned char)e[latent + p / 2]), v);
+                *at(r, 2 * p) = make_uint4(v[0], v[1], v[2], v[3]);
+                *at(r, 2 * p + 1) = make_uint4(v[4], v[5], v[6], v[7]);
+            } else {
+                *at(r, latent / 8 + p - lat) = *(const uint4*)(e + stride - 2 * rope + (p - lat) * 16);
+            }
+        }
+    };
+    // Pieces past the width are never widened: zero in both widened tiles once.
+    for (int i = tid; i < 2 * BN * (WB * 8 - width / 8); i += THREADS) {
+        const int per = WB * 8 - width / 8, slot = i / (BN * per), r = i / per % BN, c = width / 8 + i % per;
+        *(uint4*)((char*)smem + Q_BYTES + slot * TILE_BYTES + (c / 8) * KBLOCK + r * 128 + (((c % 8) ^ (r % 8)) << 4)) =
+            make_uint4(0, 0, 0, 0);
+    }
+    locate(0);
+#pragma unroll
+    for (int k = 0; k < STAGES - 1; ++k) {
+        if (k < ntiles) load_tile(k);
+        cp_async_commit();
+        locate(k + 1);
+    }
+    cp_async_wait<STAGES - 2>();  // Q and raw tile 0
+    if (wg == 1) {
+        copiers_sync();
+        widen(0);
+    }
+{% else %}
     auto load_tile = [&](int slot) {
         if (wg != 1) return;
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
-            load_row(kv_s + slot * TILE_BYTES, KBLOCK, cr + i * (COPIERS / LPR), src[i] ? src[i] : q, src[i] != nullptr);
+            const u16* row_src = (const u16*)src[i];
+            load_row(kv_s + slot * TILE_BYTES, KBLOCK, cr + i * (COPIERS / LPR), row_src ? row_src : q, row_src != nullptr);
         }
     };
     locate(0);
@@ -121,6 +189,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
         cp_async_commit();
         locate(k + 1);
     }
+{% endif %}
 
     float o[128];
 #pragma unroll
@@ -129,6 +198,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
     const bool o_live = wg * HALF < latent;  // warpgroup 1 adds nothing to a latent of 256 or less
 
     for (int k = 0; k < ntiles; ++k) {
+{% if kv %}
+        fence_proxy_async();
+        __syncthreads();  // tile k is widened, visible to wgmma; both P · V of tile k - 1 are done
+        if (k + STAGES - 1 < ntiles) load_tile(k + STAGES - 1);  // into the slot tile k - 1 left
+        cp_async_commit();  // an empty group near the end keeps the wait's count right
+        locate(k + STAGES);
+        if (wg == 1 && k + 1 < ntiles) {
+            cp_async_wait<STAGES - 2>();  // raw tile k + 1
+            copiers_sync();
+            widen(k + 1);  // into the tile k - 1 left: both P · V of it are done
+        }
+        const u32 kb = kv_s + (k % 2) * TILE_BYTES;
+{% else %}
         cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
         fence_proxy_async();
         __syncthreads();  // tile k (and Q) landed, visible to wgmma; both P · V of tile k - 1 are done
@@ -138,6 +220,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
             locate(k + STAGES);
         }
         const u32 kb = kv_s + (k % STAGES) * TILE_BYTES;
+{% endif %}
 
         if (wg == 0) {
             float s[BN / 2];
@@ -203,6 +286,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
             }
             fence_proxy_async();  // P's stores, for the wgmmas that read them
         }
+{% if kv %}
+        if (wg == 1) fence_proxy_async();  // the widened tile k + 1's stores, for the next S
+{% endif %}
         __syncthreads();  // P and the rescales are in shared memory
 
         if (o_live) {
@@ -228,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
             wgmma_commit();
             wgmma_wait<0>();
         }
-        if (STAGES == 1) {
+        if (STAGES == 1 && !KV_FP8) {
             __syncthreads();  // both warpgroups are done with the tile's only slot
             if (k + 1 < ntiles) load_tile(0);
             cp_async_commit();

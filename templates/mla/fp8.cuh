@@ -29,17 +29,15 @@ __device__ __forceinline__ int fp8_scale_byte(float amax) {
 
 __device__ __forceinline__ float fp8_scale(unsigned char byte) { return __uint_as_float((u32)byte << 23); }
 
-// 16 codes (little-endian in c) of one scale -> 16 bf16 values at dst (8 pairs): each code's value
-// times the scale, rounded to bf16 (exact: a power of two times 4 significant bits).
-__device__ __forceinline__ void widen16(uint4 c, float scale, u32* dst) {
+// 16 codes (little-endian in c) of one scale -> 16 bf16 values (8 pairs, the lower index in the low
+// half): each code's value times the scale, rounded to bf16 (exact: a power of two times 4
+// significant bits).
+__device__ __forceinline__ void widen16(uint4 c, float scale, u32 (&out)[8]) {
     const u32 w[4] = {c.x, c.y, c.z, c.w};
-    u32 out[8];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const float2 a = e4m3x2_f32((u16)(w[i] & 0xffff)), b = e4m3x2_f32((u16)(w[i] >> 16));
         out[2 * i] = pack_bf16(__fmul_rn(a.x, scale), __fmul_rn(a.y, scale));
         out[2 * i + 1] = pack_bf16(__fmul_rn(b.x, scale), __fmul_rn(b.y, scale));
     }
-    *(uint4*)dst = make_uint4(out[0], out[1], out[2], out[3]);
-    *(uint4*)(dst + 4) = make_uint4(out[4], out[5], out[6], out[7]);
 }

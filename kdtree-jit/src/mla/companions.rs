@@ -123,8 +123,8 @@ pub trait Companions {
     }
 
     /// Writes `n` entries `[latent[j] | k_pe[j]]` (f32 `[n, latent]` and `[n, rope]`, stored as the
-    /// cache stores them: rounded to its dtype, or quantized for an FP8 cache) at logical positions `past .. past + n` of `cache.layer`, `past` read on the
-    /// device.
+    /// cache stores them: rounded to its dtype, or quantized for an FP8 cache) at logical positions
+    /// `past .. past + n` of `cache.layer`, `past` read on the device.
     #[allow(clippy::too_many_arguments)]
     fn append(
         &self,

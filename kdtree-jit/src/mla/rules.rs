@@ -34,7 +34,8 @@ pub fn combine_static_smem(v: &MlaDecode) -> usize {
 ///   `stages` tiles hold its entries as they are, and one more tile the bf16 values they widen to.
 /// - wgmma: the query rows and `stages` tiles as 64-column blocks (128 bytes a row) of the widest
 ///   entry (the kernel's offsets do not depend on `width`); P (one 64-row block); the heads'
-///   rescales (64 f32); the visible list.
+///   rescales (64 f32); the visible list. An FP8 cache's `stages` tiles hold the widest entries as
+///   they are, beside two widened tiles.
 pub fn dynamic_smem(v: &MlaDecode, latent: usize, rope: usize) -> usize {
     let (hb, bn, stages) = (v.hb as usize, v.bn as usize, v.stages as usize);
     match v.mma {
@@ -48,7 +49,11 @@ pub fn dynamic_smem(v: &MlaDecode, latent: usize, rope: usize) -> usize {
         }
         MlaMma::Wgmma => {
             let row = (MAX_LATENT + MAX_ROPE).div_ceil(64) * 128;
-            hb * row + stages * bn * row + hb * 128 + hb * 4 + VISIBLE_SMEM
+            let tiles = match v.kv {
+                MlaKv::Bf16 => stages * bn * row,
+                MlaKv::Fp8 => 2 * bn * row + stages * bn * fp8::entry_bytes(MAX_LATENT, MAX_ROPE),
+            };
+            hb * row + tiles + hb * 128 + hb * 4 + VISIBLE_SMEM
         }
     }
 }
@@ -60,12 +65,12 @@ fn incompatible(reason: String) -> Result<(), Invalid> {
 /// `Ok` when `v` can run on `target`; otherwise the first reason it cannot.
 pub fn check(v: &MlaDecode, target: &Target) -> Result<(), Invalid> {
     if v.kv == MlaKv::Fp8 {
-        if v.mma == MlaMma::Wgmma {
+        fp8_arch(target)?;
+        if v.mma == MlaMma::Wgmma && v.stages < 2 {
             return incompatible(
-                "an FP8 cache's tiles are widened for the mma form; the wgmma form reads bf16 tiles".into(),
+                "the wgmma form widens an FP8 tile while the next one is copied: 2 stages at least".into(),
             );
         }
-        fp8_arch(target)?;
     }
     if v.mma == MlaMma::Wgmma {
         if target.arch.capability() != 90 {
@@ -152,13 +157,23 @@ mod tests {
             deep.check(&Target { arch: Arch(90) }),
             Err(Invalid::SharedMemory { requested: 4 * 73_728 + 8192 + 256 + 2064, max: 227 * 1024 })
         );
-        // FP8: the mma form; an entry is 656 bytes a stage plus the widened tile, so 64 heads fit
-        // up to four 32-entry stages (204,304 bytes) or one 64-entry one.
-        assert_eq!(fp8.len(), 90);
-        assert!(fp8.iter().all(|v| v.mma == MlaMma::Mma));
+        // FP8, mma form: an entry is 656 bytes a stage plus the widened tile, so 64 heads fit up to
+        // four 32-entry stages (204,304 bytes) or one 64-entry one. wgmma form: two widened tiles
+        // beside the stages, so 32-entry tiles in 2 or 3 stages (220,944 bytes).
+        let (fp8_wgmma, fp8): (Vec<MlaDecode>, Vec<MlaDecode>) = fp8.into_iter().partition(|v| v.mma == MlaMma::Wgmma);
+        assert_eq!((fp8.len(), fp8_wgmma.len()), (90, 6));
         assert!(fp8.iter().any(|v| v.hb == 64 && v.bn == 32 && v.stages == 4));
         assert!(fp8.iter().any(|v| v.hb == 64 && v.bn == 64 && v.stages == 1));
         assert!(!fp8.iter().any(|v| v.hb == 64 && v.bn == 64 && v.stages == 2));
+        assert!(fp8_wgmma.iter().all(|v| v.bn == 32 && (2..=3).contains(&v.stages)));
+        let deep = MlaDecode { mma: MlaMma::Wgmma, kv: MlaKv::Fp8, stages: 4, ..MMA };
+        assert_eq!(
+            deep.check(&Target { arch: Arch(90) }),
+            Err(Invalid::SharedMemory {
+                requested: 73_728 + 2 * 36_864 + 4 * 32 * 656 + 8192 + 256 + 2064,
+                max: 227 * 1024
+            })
+        );
         // The arch-specific target takes the same points.
         assert_eq!(valid(90), MlaDecode::valid(&Target { arch: Arch::SM_90A }));
         // Before sm_89 there are no e4m3 conversions.
@@ -179,10 +194,10 @@ mod tests {
             for v in MlaDecode::all() {
                 if let Err(reason) = v.check(&Target { arch: Arch(arch) }) {
                     let reason = reason.to_string();
-                    let why = if v.kv == MlaKv::Fp8 && v.mma == MlaMma::Wgmma {
-                        "FP8"
-                    } else if v.mma == MlaMma::Wgmma && (arch != 90 || v.hb != 64 || v.bn < 32) {
+                    let why = if v.mma == MlaMma::Wgmma && (arch != 90 || v.hb != 64 || v.bn < 32) {
                         "wgmma"
+                    } else if v.kv == MlaKv::Fp8 && v.mma == MlaMma::Wgmma && v.stages < 2 {
+                        "2 stages"
                     } else {
                         "shared memory"
                     };

@@ -6,7 +6,8 @@
 //!   in bf16 ([`super::fp8`]; 656 bytes an entry at K2's sizes against 1152). A tile's FP8 entries
 //!   land in shared memory as they are (half the bytes in flight) and are widened to the bf16 tile
 //!   the math reads, exactly: the same arithmetic as a bf16 cache holding the dequantized values.
-//!   The mma form only, on sm_89 and later (the e4m3 conversions).
+//!   sm_89 and later (the e4m3 conversions); in the wgmma form 32-entry tiles in 2 or 3 stages,
+//!   warpgroup 1 widening the next tile while warpgroup 0 computes S.
 //! - `mma`: `mma` runs mma.sync (every arch), its warps reading each tile from shared memory once
 //!   per 16 heads; `wgmma` runs Hopper's warpgroup MMA (compiled for sm_90a on an sm_90 device) on
 //!   64 heads and 32- or 64-entry tiles, reading each tile once a block.
@@ -184,18 +185,19 @@ impl MlaDecode {
         MlaDecode::default_for_kv(target, MlaKv::Bf16)
     }
 
-    /// [`MlaDecode::default_for`] a cache of `kv`: the first of these that fits the arch, FP8's
-    /// widened tile taking 32 heads a block where 64 do not fit (sm_120). On an arch that takes
-    /// none (FP8 before sm_89) the last, whose check says why.
+    /// [`MlaDecode::default_for`] a cache of `kv`: the first of these that fits the arch (an FP8
+    /// cache's wgmma form fits 32-entry tiles only; its mma form 32 heads a block on sm_120). On an
+    /// arch that takes none (FP8 before sm_89) the last, whose check says why.
     pub fn default_for_kv(target: &Target, kv: MlaKv) -> MlaDecode {
         let point = |mma, hb, bn, stages| MlaDecode { mma, kv, hb, bn, stages, max_splits: 64 };
         let preferred = [
             point(MlaMma::Wgmma, 64, 64, 2),
+            point(MlaMma::Wgmma, 64, 32, 2),
             point(MlaMma::Mma, 64, 32, 2),
             point(MlaMma::Mma, 64, 16, 1),
             point(MlaMma::Mma, 32, 16, 2),
         ];
-        preferred.into_iter().find(|v| v.check(target).is_ok()).unwrap_or(preferred[3])
+        preferred.into_iter().find(|v| v.check(target).is_ok()).unwrap_or(preferred[4])
     }
 
     /// The decode variants valid on a device of `arch` (wgmma ones compiled for its arch-specific
