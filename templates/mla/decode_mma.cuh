@@ -81,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
             u32* dst = (u32*)(tile + r * qs * 2);
             if (p < lat) {
                 u32 v[8];
-                widen16(*(const uint4*)(src + p * 16), fp8_scale((unsigned char)src[latent + p / 2]), v);
+                widen16(*(const uint4*)(src + p * 16), (unsigned char)src[latent + p / 2], v);
                 *(uint4*)(dst + p * 8) = make_uint4(v[0], v[1], v[2], v[3]);
                 *(uint4*)(dst + p * 8 + 4) = make_uint4(v[4], v[5], v[6], v[7]);
             } else {

@@ -27,7 +27,9 @@ constexpr int HALF = MAX_LATENT / 2;         // latent dims a warpgroup accumula
 // FP8: the widest entry as it is stored (latent codes and scales padded to 16 bytes, bf16 rope), and
 // the ring of STAGES raw tiles beside two widened ones; bf16: STAGES tiles.
 constexpr int RAW_ROW = (MAX_LATENT + MAX_LATENT / 32 + 15) / 16 * 16 + 2 * 64;
-constexpr int RING_BYTES = KV_FP8 ? 2 * TILE_BYTES + STAGES * BN * RAW_ROW : STAGES * TILE_BYTES;
+// P after the ring starts a swizzle atom: the raw ring is rounded up to 1024 bytes.
+constexpr int RAW_BYTES = (STAGES * BN * RAW_ROW + 1023) / 1024 * 1024;
+constexpr int RING_BYTES = KV_FP8 ? 2 * TILE_BYTES + RAW_BYTES : STAGES * TILE_BYTES;
 static_assert(HB == 64 && (BN == 32 || BN == 64), "the wgmma form takes 64 heads and 32- or 64-entry tiles");
 {% set ns = bn / 2 %}
 // s (BN / 2 sums a thread) += A · Bᵀ, m64nBNk16, both K-major from shared memory.
@@ -147,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
             const char* e = ring + r * RAW_ROW;
             if (p < lat) {
                 u32 v[8];
-                widen16(*(const uint4*)(e + p * 16), fp8_scale((unsigned char)e[latent + p / 2]), v);
+                widen16(*(const uint4*)(e + p * 16), (unsigned char)e[latent + p / 2], v);
                 *at(r, 2 * p) = make_uint4(v[0], v[1], v[2], v[3]);
                 *at(r, 2 * p + 1) = make_uint4(v[4], v[5], v[6], v[7]);
             } else {

@@ -51,7 +51,10 @@ pub fn dynamic_smem(v: &MlaDecode, latent: usize, rope: usize) -> usize {
             let row = (MAX_LATENT + MAX_ROPE).div_ceil(64) * 128;
             let tiles = match v.kv {
                 MlaKv::Bf16 => stages * bn * row,
-                MlaKv::Fp8 => 2 * bn * row + stages * bn * fp8::entry_bytes(MAX_LATENT, MAX_ROPE),
+                // P after the raw ring starts a swizzle atom: the ring is rounded up to 1 KiB.
+                MlaKv::Fp8 => {
+                    2 * bn * row + (stages * bn * fp8::entry_bytes(MAX_LATENT, MAX_ROPE)).next_multiple_of(1024)
+                }
             };
             hb * row + tiles + hb * 128 + hb * 4 + VISIBLE_SMEM
         }

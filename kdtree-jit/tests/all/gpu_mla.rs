@@ -439,10 +439,12 @@ fn an_fp8_variant_computes_what_its_bf16_twin_computes_on_the_values_it_holds() 
         let held = bits(&values);
         assert_eq!(widen(&held), values, "the values an FP8 cache holds are bf16 values");
         for (k, twin) in fp8.iter().zip(&twins) {
-            let got = mla_host(&gpu, k, &s, &q, &words, past, &mask, 64).unwrap();
-            let want = mla_host(&gpu, twin, &s, &q, &held, past, &mask, 64).unwrap();
+            let (name, twin_name) = (k.variant().name(), twin.variant().name());
+            let got = mla_host(&gpu, k, &s, &q, &words, past, &mask, 64).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let want = mla_host(&gpu, twin, &s, &q, &held, past, &mask, 64)
+                .unwrap_or_else(|e| panic!("{twin_name} after {name}: {e}"));
             if got.iter().zip(&want).any(|(a, b)| a.to_bits() != b.to_bits()) {
-                failures.push(format!("{} vs {}: {past} + {n}", k.variant().name(), twin.variant().name()));
+                failures.push(format!("{name} vs {twin_name}: {past} + {n}"));
             }
         }
     }
