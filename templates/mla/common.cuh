@@ -41,3 +41,11 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const u32 (&a)[4], u32 b
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// Bytes of one cache entry (a multiple of 16: entries are copied in 16-byte pieces): bf16 [c_kv |
+// k_pe], or FP8 (mla/fp8.cuh: latent codes and one scale byte per 32 padded to 16 bytes, then the
+// rope key in bf16).
+__host__ __device__ constexpr int fp8_entry_bytes(int latent, int rope) { return (latent + latent / 32 + 15) / 16 * 16 + 2 * rope; }
+__device__ __forceinline__ int entry_bytes(int latent, int rope) {
+    return {% if kv %}fp8_entry_bytes(latent, rope){% else %}2 * (latent + rope){% endif %};
+}

@@ -26,7 +26,7 @@ constexpr int TILE_BYTES = WB * KBLOCK;
 constexpr int HALF = MAX_LATENT / 2;         // latent dims a warpgroup accumulates: P · V's N
 // FP8: the widest entry as it is stored (latent codes and scales padded to 16 bytes, bf16 rope), and
 // the ring of STAGES raw tiles beside two widened ones; bf16: STAGES tiles.
-constexpr int RAW_ROW = (MAX_LATENT + MAX_LATENT / 32 + 15) / 16 * 16 + 2 * 64;
+constexpr int RAW_ROW = fp8_entry_bytes(MAX_LATENT, 64);
 // P after the ring starts a swizzle atom: the raw ring is rounded up to 1024 bytes.
 constexpr int RAW_BYTES = (STAGES * BN * RAW_ROW + 1023) / 1024 * 1024;
 constexpr int RING_BYTES = KV_FP8 ? 2 * TILE_BYTES + RAW_BYTES : STAGES * TILE_BYTES;

@@ -121,9 +121,8 @@ impl KvDtype {
     /// quantized to FP8 and read back, or as it is.
     pub fn store(self, entry: &mut [f32], latent: usize) {
         match self {
-            KvDtype::Bf16 => entry.iter_mut().for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
             KvDtype::Fp8 => kdtree_jit::mla::fp8::round_entry(entry, latent),
-            KvDtype::F32 => {}
+            KvDtype::Bf16 | KvDtype::F32 => entry.iter_mut().for_each(|x| *x = self.round(*x)),
         }
     }
 }
