@@ -70,13 +70,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
     };
 {% if kv %}
     // FP8: ring slot `slot`'s entries widened into the bf16 tile, 16 latent or 8 rope values a piece
-    // (zero-filled entries widen to zeros: their scale byte is 0).
+    // (zero-filled entries widen to zeros: their scale byte is 0). Consecutive lanes take consecutive
+    // entries at one piece: rows 656 (ring) and 1168 (tile) bytes apart put a warp's 16-byte loads
+    // and stores on distinct banks (K2's widths).
     auto widen_tile = [&](int slot) {
         const char* ring = (const char*)smem + (kv_s - q_s) + slot * slot_bytes;
         char* tile = (char*)smem + (wide_s - q_s);
         const int lat = latent / 16, per_row = lat + rope / 8;
         for (int i = tid; i < BN * per_row; i += THREADS) {
-            const int r = i / per_row, p = i % per_row;
+            const int r = i % BN, p = i / BN;
             const char* src = ring + r * stride;
             u32* dst = (u32*)(tile + r * qs * 2);
             if (p < lat) {

@@ -18,7 +18,7 @@
 {% include "common/wgmma.cuh" %}
 
 constexpr int THREADS = 256;
-constexpr int WB = (MAX_LATENT + 64) / 64;   // 64-column blocks of the widest entry (rope <= 64)
+constexpr int WB = (MAX_LATENT + MAX_ROPE) / 64;  // 64-column blocks of the widest entry
 constexpr int QBLOCK = 64 * 128;             // a column block of Q (64 heads) or of P
 constexpr int KBLOCK = BN * 128;             // a column block of a tile
 constexpr int Q_BYTES = WB * QBLOCK;
@@ -26,7 +26,7 @@ constexpr int TILE_BYTES = WB * KBLOCK;
 constexpr int HALF = MAX_LATENT / 2;         // latent dims a warpgroup accumulates: P · V's N
 // FP8: the widest entry as it is stored (latent codes and scales padded to 16 bytes, bf16 rope), and
 // the ring of STAGES raw tiles beside two widened ones; bf16: STAGES tiles.
-constexpr int RAW_ROW = fp8_entry_bytes(MAX_LATENT, 64);
+constexpr int RAW_ROW = fp8_entry_bytes(MAX_LATENT, MAX_ROPE);
 // P after the ring starts a swizzle atom: the raw ring is rounded up to 1024 bytes.
 constexpr int RAW_BYTES = (STAGES * BN * RAW_ROW + 1023) / 1024 * 1024;
 constexpr int RING_BYTES = KV_FP8 ? 2 * TILE_BYTES + RAW_BYTES : STAGES * TILE_BYTES;
@@ -135,26 +135,36 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
         }
     };
     // Warpgroup 1 widens raw tile k into widened tile k % 2, in the swizzle: value piece c (8 values)
-    // of row r at column block c / 8, place (c % 8) ^ (r % 8).
-    const int lat = latent / 16, per_row = lat + rope / 8;
+    // of row r at column block c / 8, place (c % 8) ^ (r % 8). Lane i takes row i % BN, so a warp's
+    // loads and stores at one piece span every bank (entries 656 bytes apart; the swizzle's eight
+    // places), and pieces PPT i / BN .. of it: their scale bytes are one word.
+    constexpr int PPT = MAX_LATENT / 16 / (COPIERS / BN);  // latent pieces (16 codes) a lane widens
+    constexpr int RPT = MAX_ROPE / 8 / (COPIERS / BN);     // rope pieces (8 bf16) a lane copies
+    static_assert(PPT == 8, "a lane's scale bytes are one word: 32-entry tiles");
+    const int lat = latent / 16;
     // Warpgroup 1's own barrier (named barrier 1): its threads' copies of a raw tile, each waited for
     // by the thread that issued it, are all in place before any thread widens them.
     auto copiers_sync = [] { asm volatile("bar.sync 1, 128;" ::: "memory"); };
     auto widen = [&](int k) {
-        const char* ring = (const char*)smem + Q_BYTES + 2 * TILE_BYTES + (k % STAGES) * BN * RAW_ROW;
+        const int r = (tid - COPIERS) % BN, part = (tid - COPIERS) / BN;
+        const char* e = (const char*)smem + Q_BYTES + 2 * TILE_BYTES + ((k % STAGES) * BN + r) * RAW_ROW;
         char* tile = (char*)smem + Q_BYTES + (k % 2) * TILE_BYTES;
-        auto at = [&](int r, int c) { return (uint4*)(tile + (c / 8) * KBLOCK + r * 128 + (((c % 8) ^ (r % 8)) << 4)); };
-        for (int i = tid - COPIERS; i < BN * per_row; i += COPIERS) {
-            const int r = i / per_row, p = i % per_row;
-            const char* e = ring + r * RAW_ROW;
+        auto at = [&](int c) { return (uint4*)(tile + (c / 8) * KBLOCK + r * 128 + (((c % 8) ^ (r % 8)) << 4)); };
+        const u32 scales = part * PPT < lat ? *(const u32*)(e + latent + part * PPT / 2) : 0;
+#pragma unroll
+        for (int j = 0; j < PPT; ++j) {
+            const int p = part * PPT + j;
             if (p < lat) {
                 u32 v[8];
-                widen16(*(const uint4*)(e + p * 16), (unsigned char)e[latent + p / 2], v);
-                *at(r, 2 * p) = make_uint4(v[0], v[1], v[2], v[3]);
-                *at(r, 2 * p + 1) = make_uint4(v[4], v[5], v[6], v[7]);
-            } else {
-                *at(r, latent / 8 + p - lat) = *(const uint4*)(e + stride - 2 * rope + (p - lat) * 16);
+                widen16(*(const uint4*)(e + p * 16), (unsigned char)(scales >> (8 * (j / 2))), v);
+                *at(2 * p) = make_uint4(v[0], v[1], v[2], v[3]);
+                *at(2 * p + 1) = make_uint4(v[4], v[5], v[6], v[7]);
             }
+        }
+#pragma unroll
+        for (int j = 0; j < RPT; ++j) {
+            const int p = part * RPT + j;
+            if (p < rope / 8) *at(latent / 8 + p) = *(const uint4*)(e + stride - 2 * rope + p * 16);
         }
     };
     // Pieces past the width are never widened: zero in both widened tiles once.
@@ -163,14 +173,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
         *(uint4*)((char*)smem + Q_BYTES + slot * TILE_BYTES + (c / 8) * KBLOCK + r * 128 + (((c % 8) ^ (r % 8)) << 4)) =
             make_uint4(0, 0, 0, 0);
     }
+    // The raw ring runs STAGES tiles ahead of the widening, which runs one ahead of the math.
     locate(0);
 #pragma unroll
-    for (int k = 0; k < STAGES - 1; ++k) {
+    for (int k = 0; k < STAGES; ++k) {
         if (k < ntiles) load_tile(k);
         cp_async_commit();
         locate(k + 1);
     }
-    cp_async_wait<STAGES - 2>();  // Q and raw tile 0
+    cp_async_wait<STAGES - 1>();  // Q and raw tile 0
     if (wg == 1) {
         copiers_sync();
         widen(0);
@@ -203,11 +214,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {{ name }}(
 {% if kv %}
         fence_proxy_async();
         __syncthreads();  // tile k is widened, visible to wgmma; both P · V of tile k - 1 are done
-        if (k + STAGES - 1 < ntiles) load_tile(k + STAGES - 1);  // into the slot tile k - 1 left
+        if (k + STAGES < ntiles) load_tile(k + STAGES);  // into the raw slot widening tile k emptied
         cp_async_commit();  // an empty group near the end keeps the wait's count right
-        locate(k + STAGES);
+        locate(k + STAGES + 1);
         if (wg == 1 && k + 1 < ntiles) {
-            cp_async_wait<STAGES - 2>();  // raw tile k + 1
+            cp_async_wait<STAGES - 1>();  // raw tile k + 1
             copiers_sync();
             widen(k + 1);  // into the tile k - 1 left: both P · V of it are done
         }
