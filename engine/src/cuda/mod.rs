@@ -50,7 +50,7 @@ use kdtree_jit::{Cache, Gpu, Target, compile_all_for};
 
 pub use kv::{CudaKv, KvBudget};
 pub use linear::{CudaLinear, ShapeKernels};
-pub use mla::{CudaAbsorb, LatentKernels, MlaKernels, PAGE_TOKENS};
+pub use mla::{CudaAbsorb, LatentKernels, MlaKernels, PAGE_TOKENS, WIDE_ROWS};
 pub use mla_f32::MlaF32Kernels;
 pub use moe::CudaExperts;
 pub use rows::CudaRows;
@@ -651,7 +651,7 @@ impl Backend for CudaBackend {
         let mla = self.mla(h.kv)?;
         self.timed(attention, || {
             let mut out = self.tensor(batch.n, h.mla.heads * h.mla.v)?;
-            mla.attention(self, &q.data, table, h, layer, batch, kv_b, &mut out.data)?;
+            mla.attention(self, &q.data, table, h, layer, batch, cache.len() + batch.n, kv_b, &mut out.data)?;
             Ok(out)
         })
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::ddtree_common::{Script, Scripted, assert_exact, greedy_text};
 use kdtree_engine::cpu::CpuBackend;
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, WeightShape, default_variant};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, WIDE_ROWS, WeightShape, default_variant};
 use kdtree_engine::registry::{Backend, KvDtype, KvStore};
 use kdtree_engine::spec::{LookupDrafter, TreeLimits};
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
@@ -413,4 +413,18 @@ fn an_fp8_cache_on_cuda_decodes_exactly() {
     let a = tuned.forward(&mut tree, &[50], &[73], None).unwrap();
     let b = tuned.forward(&mut path, &[50], &[73], None).unwrap();
     assert_eq!(bits(&a), bits(&b));
+
+    // A forward past WIDE_ROWS widens each layer to bf16 once and runs the FP8 variant's bf16 twin
+    // over it; forwards of fewer rows run the FP8 variant. Both give the same bits, and so do the
+    // caches they leave.
+    let rows = WIDE_ROWS + 40;
+    let long: Vec<u32> = (0..rows as u32).map(|i| (i * 53 + 11) % vocab as u32).collect();
+    let (mut wide, all) = prefill(&tuned, &long);
+    let (mut narrow, _) = prefill(&tuned, &long[..rows / 2]);
+    let positions: Vec<usize> = (rows / 2..rows).collect();
+    let second = tuned.forward(&mut narrow, &long[rows / 2..], &positions, None).unwrap();
+    assert_eq!(bits(&all[rows / 2 * vocab..]), bits(&second), "the widened layer's rows");
+    let a = tuned.forward(&mut wide, &[7], &[rows], None).unwrap();
+    let b = tuned.forward(&mut narrow, &[7], &[rows], None).unwrap();
+    assert_eq!(bits(&a), bits(&b), "the next token after either");
 }

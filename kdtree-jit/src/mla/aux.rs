@@ -1,22 +1,25 @@
-//! The small MLA kernels of a bf16 cache ([`MlaAux`]): query absorption, output unabsorption,
-//! cache append and gather, launched through [`Companions`].
+//! The small MLA kernels of a bf16 or FP8 cache ([`MlaAux`]): query absorption, output
+//! unabsorption, cache append and gather, launched through [`Companions`], and an FP8 cache's
+//! widening of a layer to bf16.
 
-use cudarc::driver::LaunchConfig;
+use cudarc::driver::{CudaFunction, CudaViewMut, LaunchConfig, PushKernelArg};
 
 use crate::launch::short_buffer;
 use crate::mla::companions::{CompanionFns, Companions, Entry, Need};
 use crate::mla::launch::{shape_error, unsupported};
 use crate::mla::rules::MAX_NEW;
-use crate::mla::{MlaAux, MlaShape};
+use crate::mla::space::MlaKv;
+use crate::mla::{MlaAux, MlaShape, PagedCache};
 use crate::{Cache, Compiled, Gpu, Result, Variant, compile_variant};
 
 /// The most `nope` absorb takes: its query rows live in shared memory (K2's is 128).
 pub const MAX_NOPE: usize = 256;
 
-/// The aux variant's four entries, loaded on one GPU.
+/// The aux variant's entries, loaded on one GPU: the four companions, and an FP8 cache's widen.
 pub struct AuxKernel {
     variant: MlaAux,
     fns: CompanionFns,
+    widen: Option<CudaFunction>,
 }
 
 /// The aux kernels' block size (the template's THREADS).
@@ -27,14 +30,26 @@ fn grid(x: usize, y: usize, z: usize) -> LaunchConfig {
 }
 
 impl AuxKernel {
-    /// Loads `compiled`, which must be `variant`'s module, with its four entries.
+    /// Loads `compiled`, which must be `variant`'s module, with its entries.
     pub fn load(gpu: &Gpu, variant: MlaAux, compiled: &Compiled) -> Result<AuxKernel> {
         if compiled.name != variant.name() {
             return Err(unsupported(&variant.name(), format!("the cubin given holds `{}`", compiled.name)));
         }
-        let names = [variant.name(), variant.unabsorb_name(), variant.append_name(), variant.gather_name()];
-        let [absorb, unabsorb, append, gather] = gpu.load_entries(compiled, names)?;
-        Ok(AuxKernel { variant, fns: CompanionFns { absorb, unabsorb, append, gather } })
+        let [absorb, unabsorb, append, gather] =
+            [variant.name(), variant.unabsorb_name(), variant.append_name(), variant.gather_name()];
+        let (fns, widen) = match variant.kv {
+            MlaKv::Fp8 => {
+                let [absorb, unabsorb, append, gather, widen] =
+                    gpu.load_entries(compiled, [absorb, unabsorb, append, gather, variant.widen_name()])?;
+                (CompanionFns { absorb, unabsorb, append, gather }, Some(widen))
+            }
+            MlaKv::Bf16 => {
+                let [absorb, unabsorb, append, gather] =
+                    gpu.load_entries(compiled, [absorb, unabsorb, append, gather])?;
+                (CompanionFns { absorb, unabsorb, append, gather }, None)
+            }
+        };
+        Ok(AuxKernel { variant, fns, widen })
     }
 
     /// Compiles (through `cache`) and loads `variant` for `gpu`.
@@ -45,6 +60,37 @@ impl AuxKernel {
 
     pub fn variant(&self) -> &MlaAux {
         &self.variant
+    }
+
+    /// Writes entries `0..count` of `cache.layer`, an FP8 cache's, to `out` as bf16, `[count, latent
+    /// + rope]`: the values the FP8 decode variants widen them to, bit for bit, so that the variant's
+    /// bf16 twin over `out` (as one layer of contiguous pages) computes what the FP8 variant computes.
+    pub fn widen(
+        &self,
+        gpu: &Gpu,
+        s: &MlaShape,
+        count: usize,
+        cache: &PagedCache,
+        out: &mut CudaViewMut<u16>,
+    ) -> Result<()> {
+        let Some(function) = &self.widen else {
+            return Err(unsupported(&self.variant.name(), "only an FP8 cache's entries widen".into()));
+        };
+        let pages = count.div_ceil(cache.page.max(1));
+        let needs = [("out", out.len(), count * s.width()), ("the page table", cache.table.len(), pages)];
+        self.check(Entry::Gather, s, count, &needs)?;
+        let page_shift = cache.page_shift()?;
+        if count == 0 {
+            return Ok(());
+        }
+        let [ci, latent, rope, layer] = [count, s.latent, s.rope, cache.layer].map(|x| x as i32);
+        let mut args = gpu.stream.launch_builder(function);
+        args.arg(&cache.table).arg(out).arg(&ci).arg(&latent).arg(&rope).arg(&layer).arg(&page_shift);
+        // SAFETY: the FP8 aux module's widen entry, signature (table, out, count, latent, rope, layer,
+        // page_shift); out holds `count` entries and the table covers their pages (checked above);
+        // the pages themselves are the caller's (PagedCache).
+        unsafe { args.launch(grid(count.div_ceil(THREADS / 32), 1, 1)) }?;
+        Ok(())
     }
 }
 

@@ -231,6 +231,20 @@ impl MlaAux {
         format!("{}_gather", self.name())
     }
 
+    /// An FP8 cache's widening of a layer to bf16 ([`crate::mla::AuxKernel::widen`]).
+    pub fn widen_name(&self) -> String {
+        format!("{}_widen", self.name())
+    }
+
+    /// Every entry the module holds: absorb, unabsorb, append, gather, and an FP8 cache's widen.
+    pub fn entry_names(&self) -> Vec<String> {
+        let mut names = vec![self.name(), self.unabsorb_name(), self.append_name(), self.gather_name()];
+        if self.kv == MlaKv::Fp8 {
+            names.push(self.widen_name());
+        }
+        names
+    }
+
     /// The only point of a bf16 cache.
     pub fn default_for(_: &Target) -> MlaAux {
         MlaAux { kv: MlaKv::Bf16, rows: 16 }

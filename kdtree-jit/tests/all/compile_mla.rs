@@ -67,8 +67,7 @@ fn every_valid_mla_variant_compiles_for_sm_90_and_sm_120_without_spills() {
             .collect();
         for v in MlaAux::valid(&target) {
             let smem = aux_static_smem(&v);
-            let names = [v.name(), v.unabsorb_name(), v.append_name(), v.gather_name()];
-            results.extend(entries(&v, names.into_iter().map(|n| (n, smem)).collect(), arch, &cache));
+            results.extend(entries(&v, v.entry_names().into_iter().map(|n| (n, smem)).collect(), arch, &cache));
         }
         // The f32 family's five entries: static shared memory of the query row, the tile's weights and
         // entries, and the warps' maxima (attention), well under the 48 KiB a static block may take.

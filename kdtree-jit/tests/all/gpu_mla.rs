@@ -269,6 +269,21 @@ fn append_then_gather_round_trips_through_shuffled_pages() {
             let got: Vec<u32> = out[i * w..][..w].iter().map(|x| x.to_bits()).collect();
             assert_eq!(got, want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{kv:?}: entry {t}");
         }
+        // Widening the layer gives those values as bf16, in entry order; a bf16 cache has nothing
+        // to widen.
+        let count = past + n;
+        let mut wide = st.alloc_zeros::<u16>(count * w).unwrap();
+        let widened = k.widen(&gpu, &s, count, &cache, &mut wide.as_view_mut());
+        if kv == MlaKv::Bf16 {
+            assert!(widened.is_err());
+            continue;
+        }
+        widened.unwrap();
+        let wide = st.clone_dtoh(&wide).unwrap();
+        for (i, &t) in idx.iter().enumerate() {
+            let t = t as usize;
+            assert_eq!(wide[t * w..][..w], bits(&out[i * w..][..w]), "widened entry {t}");
+        }
     }
 }
 
