@@ -47,6 +47,9 @@ pub struct CudaKv {
     budget: KvBudget,
     /// Allocated on first use: the page table, `max_tokens / PAGE_TOKENS` addresses.
     pub(super) table: Option<CudaSlice<u64>>,
+    /// Where the kernels widen an FP8 layer for many rows ([`LatentKernels::widens`]): the table of
+    /// each page's bf16 room for one layer, after its entries of every layer.
+    pub(super) wide_table: Option<CudaSlice<u64>>,
     /// The pages' memory, in chunks of [`CHUNK_PAGES`] pages.
     chunks: Vec<CudaSlice<u16>>,
     /// The bytes the pages may take, resolved from `budget` on first use.
@@ -75,6 +78,7 @@ impl CudaKv {
             max_tokens,
             budget,
             table: None,
+            wide_table: None,
             chunks: Vec::new(),
             limit: None,
             len: 0,
@@ -93,9 +97,19 @@ impl CudaKv {
         self.graphs.recorded()
     }
 
-    /// Bytes of one page: its tokens' entries of every layer.
+    /// Bytes of one page: its tokens' entries of every layer, then, where the kernels widen, room
+    /// for one layer of them in bf16.
     fn page_bytes(&self) -> usize {
-        PAGE_TOKENS * self.heads.kv_bytes_per_token(self.layers)
+        PAGE_TOKENS * (self.entries_bytes_per_token() + self.wide_bytes_per_token())
+    }
+
+    fn entries_bytes_per_token(&self) -> usize {
+        self.heads.kv_bytes_per_token(self.layers)
+    }
+
+    /// The bf16 room for one widened layer, a token: 0 unless the kernels widen.
+    fn wide_bytes_per_token(&self) -> usize {
+        if self.mla.as_ref().is_some_and(LatentKernels::widens) { 2 * self.heads.width() } else { 0 }
     }
 
     /// Tokens with room now.
@@ -135,7 +149,7 @@ impl CudaKv {
             return Err(EngineError::KvCacheFull {
                 tokens: entries,
                 max,
-                bytes_per_token: self.heads.kv_bytes_per_token(self.layers),
+                bytes_per_token: self.page_bytes() / PAGE_TOKENS,
                 budget: limit,
             });
         }
@@ -144,6 +158,11 @@ impl CudaKv {
         if self.table.is_none() {
             self.table = Some(stream.alloc_zeros::<u64>(table_len.max(1))?);
         }
+        let widens = self.wide_bytes_per_token() > 0;
+        if widens && self.wide_table.is_none() {
+            self.wide_table = Some(stream.alloc_zeros::<u64>(table_len.max(1))?);
+        }
+        let wide_offset = PAGE_TOKENS * self.entries_bytes_per_token();
         let values_per_page = self.page_bytes() / 2;
         while entries > self.capacity() {
             let chunk = stream.alloc_zeros::<u16>(CHUNK_PAGES * values_per_page)?;
@@ -156,6 +175,10 @@ impl CudaKv {
             let addresses: Vec<u64> = (0..pages).map(|p| base + (2 * p * values_per_page) as u64).collect();
             let table = self.table.as_mut().expect("allocated above");
             stream.memcpy_htod(&addresses, &mut table.slice_mut(first..first + pages))?;
+            if let Some(wide) = self.wide_table.as_mut() {
+                let addresses: Vec<u64> = addresses.iter().map(|a| a + wide_offset as u64).collect();
+                stream.memcpy_htod(&addresses, &mut wide.slice_mut(first..first + pages))?;
+            }
             self.chunks.push(chunk);
         }
         Ok(())

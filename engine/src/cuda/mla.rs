@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, DevicePtr};
+use cudarc::driver::CudaSlice;
 use kdtree_jit::kernel::Kernels;
 use kdtree_jit::mla::{
     AuxKernel, Companions, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaKv, MlaShape, PagedCache, shape_error,
@@ -14,7 +14,7 @@ use kdtree_jit::mla::{
 use kdtree_jit::{Cache, Gpu, Target, Variant};
 
 use super::mla_f32::MlaF32Kernels;
-use super::{CudaBackend, CudaBatch, MAX_GRAPH_TOKENS};
+use super::{CudaBackend, CudaBatch};
 use crate::cpu::CpuAbsorb;
 use crate::error::{EngineError, Result};
 use crate::registry::{Heads, HostLinear, KvDtype};
@@ -25,13 +25,10 @@ pub const PAGE_TOKENS: usize = 64;
 /// (K2: 31 rows of 64 heads x 64 splits), so a 1024-token prompt chunk costs no more than a tree.
 const WORKSPACE_BYTES: usize = 256 << 20;
 
-/// Rows from which attention over an FP8 cache widens the layer to bf16 once ([`AuxKernel::widen`])
-/// and runs the decode variant's bf16 twin over it: the FP8 variants widen the whole cache again
-/// for every row (on an H100 at 131072 entries, 64 rows: 4384 µs against the bf16 twin's 2532; the
-/// widening reads 86 MB and writes 151 MB, ~80 µs). Only forwards that are never recorded as graphs
-/// (prompt chunks): the widened layer is sized from the host's count of entries, which a recorded
-/// graph would fix.
-pub const WIDE_ROWS: usize = MAX_GRAPH_TOKENS + 1;
+/// Rows from which attention over an FP8 cache widens the layer to bf16 once ([`AuxKernel::widen`],
+/// into the cache's bf16 pages) and runs the decode variant's bf16 twin over it, rather than the FP8
+/// variant widening every tile once per row (see BENCHMARKS.md, "the FP8 ring a tile ahead").
+pub const WIDE_ROWS: usize = 8;
 
 /// The MLA kernels of one GPU over one kind of cache: the decode variant and the aux kernels that
 /// write and read its entries.
@@ -41,7 +38,8 @@ pub struct MlaKernels {
     pub(super) aux: AuxKernel,
     /// An FP8 variant's bf16 twin (the same point: the same arithmetic in the same order, so the
     /// same bits over the values the FP8 entries hold), for launches of [`WIDE_ROWS`] rows or more
-    /// over a widened layer; `None` for a bf16 cache, or a twin the GPU cannot run.
+    /// over a widened layer; `None` for a bf16 cache, or a twin the GPU cannot run. A cache over
+    /// these kernels keeps bf16 pages for one layer ([`super::CudaKv`]).
     twin: Option<MlaKernel>,
 }
 
@@ -76,19 +74,25 @@ impl MlaKernels {
         self.decode.variant()
     }
 
+    /// Whether attention of many rows widens the layer first: a cache over these kernels then
+    /// needs bf16 pages for one layer.
+    pub fn widens(&self) -> bool {
+        self.twin.is_some()
+    }
+
     /// Absorbed attention of the batch's queries `q` (`[n, heads, nope + rope]` f32, rope applied)
-    /// over layer `layer`, whose entries for the batch are written (`entries` in all, the batch's
-    /// included): `out` is `[n, heads, v]` f32.
+    /// over layer `layer`, whose entries for the batch are written: `out` is `[n, heads, v]` f32.
+    /// `wide` addresses the cache's bf16 pages when [`Self::widens`].
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
         &self,
         b: &CudaBackend,
         q: &CudaSlice<f32>,
         table: &CudaSlice<u64>,
+        wide: Option<&CudaSlice<u64>>,
         h: Heads,
         layer: usize,
         batch: &CudaBatch,
-        entries: usize,
         kv_b: &CudaSlice<u16>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
@@ -99,13 +103,13 @@ impl MlaKernels {
         let rows = (WORKSPACE_BYTES / 4 / row).clamp(1, n.max(1));
         let mut workspace = b.output::<f32>(rows * row)?;
         let mut o_lat = b.output::<f32>(n * s.heads * s.latent)?;
-        let widened;
-        let (decode, cache) = match &self.twin {
-            Some(twin) if n >= WIDE_ROWS => {
-                widened = self.widen(b, &s, table, layer, entries)?;
-                (twin, PagedCache { table: widened.1.as_view(), page: PAGE_TOKENS, layer: 0 })
+        let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
+        let (decode, cache) = match (&self.twin, wide) {
+            (Some(twin), Some(wide)) if n >= WIDE_ROWS => {
+                self.aux.widen(gpu, &s, n, &cache, &batch.past.as_view(), &wide.as_view())?;
+                (twin, PagedCache { table: wide.as_view(), page: PAGE_TOKENS, layer: 0 })
             }
-            _ => (&self.decode, PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer }),
+            _ => (&self.decode, cache),
         };
         let buffers = MlaBuffers {
             q: q_lat.as_view(),
@@ -118,29 +122,6 @@ impl MlaKernels {
         decode.launch(gpu, &s, n, buffers)?;
         self.aux.unabsorb(gpu, &s, n, &o_lat.as_view(), &kv_b.as_view(), &mut out.as_view_mut())?;
         Ok(())
-    }
-
-    /// Entries `0..entries` of an FP8 cache's layer `layer`, widened to bf16 in contiguous pages,
-    /// and those pages' table: one layer of a bf16 cache holding the FP8 entries' values.
-    fn widen(
-        &self,
-        b: &CudaBackend,
-        s: &MlaShape,
-        table: &CudaSlice<u64>,
-        layer: usize,
-        entries: usize,
-    ) -> Result<(CudaSlice<u16>, CudaSlice<u64>)> {
-        let (pages, page_values) = (entries.div_ceil(PAGE_TOKENS), PAGE_TOKENS * s.width());
-        let mut values = b.output::<u16>(pages * page_values)?;
-        let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
-        self.aux.widen(&self.gpu, s, entries, &cache, &mut values.as_view_mut())?;
-        let base = {
-            let (base, _sync) = values.device_ptr(b.stream());
-            base
-        };
-        let addresses: Vec<u64> = (0..pages).map(|p| base + (2 * p * page_values) as u64).collect();
-        let table = b.stream().clone_htod(&addresses)?;
-        Ok((values, table))
     }
 }
 
@@ -184,6 +165,12 @@ pub enum LatentKernels {
 }
 
 impl LatentKernels {
+    /// Whether attention of many rows widens the layer to bf16 pages of the cache first
+    /// ([`MlaKernels::widens`]).
+    pub fn widens(&self) -> bool {
+        matches!(self, LatentKernels::TensorCore(k) if k.widens())
+    }
+
     /// Entries `idx` of layer `layer`, as f32 (exact): `[idx.len(), width]`.
     pub(super) fn gather(
         &self,
@@ -239,25 +226,25 @@ impl LatentKernels {
         self.append(table, h, layer, &latent, &k_rope, n, at)
     }
 
-    /// Absorbed attention of the batch's queries `q` over layer `layer` (`entries` in all, the
-    /// batch's included) with `kv_b`, which must be of this cache's dtype: `out` is `[n, heads, v]`
-    /// f32.
+    /// Absorbed attention of the batch's queries `q` over layer `layer` with `kv_b`, which must be of
+    /// this cache's dtype: `out` is `[n, heads, v]` f32. `wide` addresses the cache's bf16 pages
+    /// when [`Self::widens`].
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
         &self,
         b: &CudaBackend,
         q: &CudaSlice<f32>,
         table: &CudaSlice<u64>,
+        wide: Option<&CudaSlice<u64>>,
         h: Heads,
         layer: usize,
         batch: &CudaBatch,
-        entries: usize,
         kv_b: &CudaAbsorb,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         match (self, kv_b) {
             (LatentKernels::TensorCore(k), CudaAbsorb::Bf16(w)) => {
-                k.attention(b, q, table, h, layer, batch, entries, w, out)
+                k.attention(b, q, table, wide, h, layer, batch, w, out)
             }
             (LatentKernels::F32(k), CudaAbsorb::F32(w)) => k.attention(b, q, table, h, layer, batch, w, out),
             _ => Err(EngineError::InvalidArgument(format!(

@@ -651,7 +651,7 @@ impl Backend for CudaBackend {
         let mla = self.mla(h.kv)?;
         self.timed(attention, || {
             let mut out = self.tensor(batch.n, h.mla.heads * h.mla.v)?;
-            mla.attention(self, &q.data, table, h, layer, batch, cache.len() + batch.n, kv_b, &mut out.data)?;
+            mla.attention(self, &q.data, table, cache.wide_table.as_ref(), h, layer, batch, kv_b, &mut out.data)?;
             Ok(out)
         })
     }

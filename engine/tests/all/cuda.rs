@@ -414,16 +414,19 @@ fn an_fp8_cache_on_cuda_decodes_exactly() {
     let b = tuned.forward(&mut path, &[50], &[73], None).unwrap();
     assert_eq!(bits(&a), bits(&b));
 
-    // A forward past WIDE_ROWS widens each layer to bf16 once and runs the FP8 variant's bf16 twin
-    // over it; forwards of fewer rows run the FP8 variant. Both give the same bits, and so do the
-    // caches they leave.
-    let rows = WIDE_ROWS + 40;
+    // A forward of WIDE_ROWS rows or more widens each layer to bf16 once and runs the FP8 variant's
+    // bf16 twin over it; forwards of fewer rows run the FP8 variant. Both give the same bits, and so
+    // do the caches they leave.
+    let rows = 150;
     let long: Vec<u32> = (0..rows as u32).map(|i| (i * 53 + 11) % vocab as u32).collect();
     let (mut wide, all) = prefill(&tuned, &long);
-    let (mut narrow, _) = prefill(&tuned, &long[..rows / 2]);
-    let positions: Vec<usize> = (rows / 2..rows).collect();
-    let second = tuned.forward(&mut narrow, &long[rows / 2..], &positions, None).unwrap();
-    assert_eq!(bits(&all[rows / 2 * vocab..]), bits(&second), "the widened layer's rows");
+    let mut narrow = tuned.new_cache();
+    for start in (0..rows).step_by(WIDE_ROWS - 1) {
+        let end = (start + WIDE_ROWS - 1).min(rows);
+        let positions: Vec<usize> = (start..end).collect();
+        let got = tuned.forward(&mut narrow, &long[start..end], &positions, None).unwrap();
+        assert_eq!(bits(&all[start * vocab..end * vocab]), bits(&got), "rows {start}..{end}");
+    }
     let a = tuned.forward(&mut wide, &[7], &[rows], None).unwrap();
     let b = tuned.forward(&mut narrow, &[7], &[rows], None).unwrap();
     assert_eq!(bits(&a), bits(&b), "the next token after either");

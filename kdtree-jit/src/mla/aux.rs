@@ -2,7 +2,7 @@
 //! unabsorption, cache append and gather, launched through [`Companions`], and an FP8 cache's
 //! widening of a layer to bf16.
 
-use cudarc::driver::{CudaFunction, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaView, LaunchConfig, PushKernelArg};
 
 use crate::launch::short_buffer;
 use crate::mla::companions::{CompanionFns, Companions, Entry, Need};
@@ -24,6 +24,9 @@ pub struct AuxKernel {
 
 /// The aux kernels' block size (the template's THREADS).
 const THREADS: usize = 256;
+/// Widen's grid, whatever the count (its warps stride over the entries): 8192 warps, a few dozen
+/// per SM.
+const WIDEN_BLOCKS: usize = 1024;
 
 fn grid(x: usize, y: usize, z: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (x as u32, y as u32, z as u32), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: 0 }
@@ -62,34 +65,34 @@ impl AuxKernel {
         &self.variant
     }
 
-    /// Writes entries `0..count` of `cache.layer`, an FP8 cache's, to `out` as bf16, `[count, latent
-    /// + rope]`: the values the FP8 decode variants widen them to, bit for bit, so that the variant's
-    /// bf16 twin over `out` (as one layer of contiguous pages) computes what the FP8 variant computes.
+    /// Writes entries `0..past + n` of `cache.layer`, an FP8 cache's (`past` read on the device), to
+    /// layer 0 of the bf16 pages `wide` addresses (pages of `cache.page` entries of `latent + rope`
+    /// bf16), as the values the FP8 decode variants widen them to, bit for bit: the variant's bf16
+    /// twin over `wide` computes what the FP8 variant computes over the cache. `wide` must cover the
+    /// entries' pages.
     pub fn widen(
         &self,
         gpu: &Gpu,
         s: &MlaShape,
-        count: usize,
+        n: usize,
         cache: &PagedCache,
-        out: &mut CudaViewMut<u16>,
+        past: &CudaView<u32>,
+        wide: &CudaView<u64>,
     ) -> Result<()> {
         let Some(function) = &self.widen else {
             return Err(unsupported(&self.variant.name(), "only an FP8 cache's entries widen".into()));
         };
-        let pages = count.div_ceil(cache.page.max(1));
-        let needs = [("out", out.len(), count * s.width()), ("the page table", cache.table.len(), pages)];
-        self.check(Entry::Gather, s, count, &needs)?;
+        let needs =
+            [("past", past.len(), 1), ("the page table", cache.table.len(), 1), ("the bf16 pages", wide.len(), 1)];
+        self.check(Entry::Append, s, n, &needs)?;
         let page_shift = cache.page_shift()?;
-        if count == 0 {
-            return Ok(());
-        }
-        let [ci, latent, rope, layer] = [count, s.latent, s.rope, cache.layer].map(|x| x as i32);
+        let [ni, latent, rope, layer] = [n, s.latent, s.rope, cache.layer].map(|x| x as i32);
         let mut args = gpu.stream.launch_builder(function);
-        args.arg(&cache.table).arg(out).arg(&ci).arg(&latent).arg(&rope).arg(&layer).arg(&page_shift);
-        // SAFETY: the FP8 aux module's widen entry, signature (table, out, count, latent, rope, layer,
-        // page_shift); out holds `count` entries and the table covers their pages (checked above);
-        // the pages themselves are the caller's (PagedCache).
-        unsafe { args.launch(grid(count.div_ceil(THREADS / 32), 1, 1)) }?;
+        args.arg(&cache.table).arg(wide).arg(past).arg(&ni).arg(&latent).arg(&rope).arg(&layer).arg(&page_shift);
+        // SAFETY: the FP8 aux module's widen entry, signature (table, wide, past, n, latent, rope,
+        // layer, page_shift); both tables cover entries 0..past + n, the caller's contract
+        // (PagedCache), as for append.
+        unsafe { args.launch(grid(WIDEN_BLOCKS, 1, 1)) }?;
         Ok(())
     }
 }

@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use cudarc::driver::{CudaSlice, DevicePtr};
 use half::bf16;
 use kdtree_jit::mla::reference::{Weights, absorb_query, attention, unabsorb_output};
 use kdtree_jit::mla::{
@@ -195,6 +196,16 @@ fn a_tree_row_equals_the_same_row_decoded_alone_bit_for_bit() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Zeroed bf16 pages for `entries` entries of `width`, in order, and their table.
+fn bf16_pages(gpu: &Gpu, entries: usize, page: usize, width: usize) -> (CudaSlice<u16>, CudaSlice<u64>) {
+    let pages = entries.div_ceil(page);
+    let values = gpu.stream.alloc_zeros::<u16>(pages * page * width).unwrap();
+    let base = values.device_ptr(&gpu.stream).0;
+    let addresses: Vec<u64> = (0..pages).map(|p| base + (2 * p * page * width) as u64).collect();
+    let table = gpu.stream.clone_htod(&addresses).unwrap();
+    (values, table)
+}
+
 fn aux(gpu: &Gpu, kv: MlaKv) -> AuxKernel {
     AuxKernel::compile(gpu, MlaAux { kv, ..MlaAux::default_for(&Target { arch: gpu.arch }) }, Some(&cache())).unwrap()
 }
@@ -269,11 +280,10 @@ fn append_then_gather_round_trips_through_shuffled_pages() {
             let got: Vec<u32> = out[i * w..][..w].iter().map(|x| x.to_bits()).collect();
             assert_eq!(got, want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{kv:?}: entry {t}");
         }
-        // Widening the layer gives those values as bf16, in entry order; a bf16 cache has nothing
-        // to widen.
-        let count = past + n;
-        let mut wide = st.alloc_zeros::<u16>(count * w).unwrap();
-        let widened = k.widen(&gpu, &s, count, &cache, &mut wide.as_view_mut());
+        // Widening the layer gives those values as bf16 pages (here in order); a bf16 cache has
+        // nothing to widen.
+        let (wide, wide_table) = bf16_pages(&gpu, past + n, page, w);
+        let widened = k.widen(&gpu, &s, n, &cache, &pd.as_view(), &wide_table.as_view());
         if kv == MlaKv::Bf16 {
             assert!(widened.is_err());
             continue;
@@ -336,6 +346,66 @@ fn a_workspace_of_few_rows_runs_the_rows_in_slices_with_the_same_bits() {
         let sliced = run(3);
         let name = k.variant().name();
         assert!(whole.iter().zip(&sliced).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}");
+    }
+}
+
+/// Where widening a layer once pays: the FP8 default variant against widening the layer to bf16
+/// and running its bf16 twin (the engine's path for many rows), by rows, at K2's sizes.
+#[test]
+#[ignore = "needs a GPU (sm_89 or later: e4m3); a benchmark"]
+fn bench_fp8_widening_against_the_fp8_variant() {
+    use kdtree_jit::tune::bench::{BenchConfig, measure};
+    use kdtree_jit::tune::clock::CudaClock;
+    use kdtree_jit::tune::flush::{FlushMode, Flusher};
+    let gpu = Gpu::open(0).unwrap();
+    let (s, st, page) = (K2, &gpu.stream, 64);
+    let w = s.width();
+    let sms =
+        gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap()
+            as u32;
+    let mut flusher = Flusher::new(&gpu, FlushMode::Read, sms).unwrap();
+    let mut clock = CudaClock::new(gpu.stream.clone());
+    let fp8 = MlaDecode::default_for_kv(&Target { arch: gpu.arch }, MlaKv::Fp8);
+    let [fp8_k, twin_k]: [MlaKernel; 2] =
+        load(&gpu, &[fp8, MlaDecode { kv: MlaKv::Bf16, ..fp8 }]).try_into().ok().unwrap();
+    let aux = aux(&gpu, MlaKv::Fp8);
+    let cfg = BenchConfig { warmup: 3, reps: 20, batch: 5, give_up: 3.0 };
+    for ctx in [32768usize, 131072] {
+        let words = MlaKv::Fp8.encode(&symmetric(ctx * w, 21, 1.0), &s).0;
+        let (_pool, table) = upload_cache(&gpu, &words, MlaKv::Fp8.entry_words(&s), page, 1, 0).unwrap();
+        let cache = PagedCache { table: table.as_view(), page, layer: 0 };
+        let (_wide, wide_table) = bf16_pages(&gpu, ctx, page, w);
+        let mut time = |run: &mut dyn FnMut() -> Result<(), kdtree_jit::tune::error::TuneError>| {
+            measure(&mut clock, &cfg, None, || flusher.flush(st), run).unwrap().median_us
+        };
+        for n in [1usize, 2, 4, 8, 16, 32, 64] {
+            let q = st.clone_htod(&bits(&symmetric(n * s.heads * w, 22, 1.0))).unwrap();
+            let past = st.clone_htod(&[(ctx - n) as u32]).unwrap();
+            let widen = time(&mut || Ok(aux.widen(&gpu, &s, n, &cache, &past.as_view(), &wide_table.as_view())?));
+            let mut workspace = st.alloc_zeros::<f32>(fp8.workspace_len(n, s.heads, s.latent)).unwrap();
+            let mut o_lat = st.alloc_zeros::<f32>(n * s.heads * s.latent).unwrap();
+            let mut over = |k: &MlaKernel, table: &CudaSlice<u64>| {
+                time(&mut || {
+                    let b = MlaBuffers {
+                        q: q.as_view(),
+                        cache: PagedCache { table: table.as_view(), page, layer: 0 },
+                        past: past.as_view(),
+                        mask: DeviceMask::Causal,
+                        workspace: workspace.as_view_mut(),
+                        o_lat: o_lat.as_view_mut(),
+                    };
+                    Ok(k.launch(&gpu, &s, n, b)?)
+                })
+            };
+            let (narrow, twin) = (over(&fp8_k, &table), over(&twin_k, &wide_table));
+            eprintln!(
+                "FP8 L={ctx} T={n}: {} {narrow:.1} us; widen {widen:.1} + {} {twin:.1} = {:.1} us ({:.2}x)",
+                fp8.name(),
+                twin_k.variant().name(),
+                widen + twin,
+                narrow / (widen + twin)
+            );
+        }
     }
 }
 
