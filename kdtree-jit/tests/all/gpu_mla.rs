@@ -349,22 +349,24 @@ fn a_workspace_of_few_rows_runs_the_rows_in_slices_with_the_same_bits() {
     }
 }
 
+/// What a benchmark times with: an L2 flush over every SM, and CUDA events on the GPU's stream.
+fn bench_tools(gpu: &Gpu) -> (kdtree_jit::tune::flush::Flusher, kdtree_jit::tune::clock::CudaClock) {
+    use cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+    use kdtree_jit::tune::flush::{FlushMode, Flusher};
+    let sms = gpu.ctx.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap() as u32;
+    (Flusher::new(gpu, FlushMode::Read, sms).unwrap(), kdtree_jit::tune::clock::CudaClock::new(gpu.stream.clone()))
+}
+
 /// Where widening a layer once pays: the FP8 default variant against widening the layer to bf16
 /// and running its bf16 twin (the engine's path for many rows), by rows, at K2's sizes.
 #[test]
 #[ignore = "needs a GPU (sm_89 or later: e4m3); a benchmark"]
 fn bench_fp8_widening_against_the_fp8_variant() {
     use kdtree_jit::tune::bench::{BenchConfig, measure};
-    use kdtree_jit::tune::clock::CudaClock;
-    use kdtree_jit::tune::flush::{FlushMode, Flusher};
     let gpu = Gpu::open(0).unwrap();
     let (s, st, page) = (K2, &gpu.stream, 64);
     let w = s.width();
-    let sms =
-        gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap()
-            as u32;
-    let mut flusher = Flusher::new(&gpu, FlushMode::Read, sms).unwrap();
-    let mut clock = CudaClock::new(gpu.stream.clone());
+    let (mut flusher, mut clock) = bench_tools(&gpu);
     let fp8 = MlaDecode::default_for_kv(&Target { arch: gpu.arch }, MlaKv::Fp8);
     let [fp8_k, twin_k]: [MlaKernel; 2] =
         load(&gpu, &[fp8, MlaDecode { kv: MlaKv::Bf16, ..fp8 }]).try_into().ok().unwrap();
@@ -413,16 +415,10 @@ fn bench_fp8_widening_against_the_fp8_variant() {
 #[ignore = "needs a GPU"]
 fn bench_k2_attention() {
     use kdtree_jit::tune::bench::{BenchConfig, measure};
-    use kdtree_jit::tune::clock::CudaClock;
-    use kdtree_jit::tune::flush::{FlushMode, Flusher};
     let gpu = Gpu::open(0).unwrap();
     let s = K2;
     let w = s.width();
-    let sms =
-        gpu.ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap()
-            as u32;
-    let mut flusher = Flusher::new(&gpu, FlushMode::Read, sms).unwrap();
-    let mut clock = CudaClock::new(gpu.stream.clone());
+    let (mut flusher, mut clock) = bench_tools(&gpu);
     let kernels = kernels(&gpu);
     let st = &gpu.stream;
     let cfg = BenchConfig { warmup: 3, reps: 30, batch: 10, give_up: 3.0 };
