@@ -61,6 +61,13 @@ pub struct BackendArgs {
     /// profiled forwards always run op by op.
     #[arg(long)]
     pub no_graphs: bool,
+    /// With --kv-dtype fp8 on CUDA: forwards of 8 rows or more (trees, prompt chunks) read the FP8
+    /// entries through a bf16 copy of one layer at a time, widened once for all their rows (the
+    /// same bits as the FP8 kernels, faster), for which every page keeps bf16 room for one layer
+    /// (1152 bytes a token at Kimi K2's sizes). This flag runs every forward on the FP8 kernels and
+    /// gives that room to tokens.
+    #[arg(long)]
+    pub no_fp8_widen: bool,
     /// Which GPU (0 is the first).
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
@@ -176,6 +183,7 @@ impl BackendArgs {
             graphs: !self.no_graphs,
             kv_budget: self.kv_memory,
             mla: self.mla_variant,
+            fp8_widen: !self.no_fp8_widen,
         };
         // Only `cuda` is an error here (`auto` falls back to the CPU with a note): the flag that asked for it.
         Ok(match select(self.backend, || CudaBackend::open(&options)).context("--backend cuda")? {

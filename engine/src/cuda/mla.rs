@@ -55,11 +55,13 @@ fn unsupported(h: Heads, reason: String) -> EngineError {
 
 impl MlaKernels {
     /// Compiles (through the cubin cache) and loads `decode` and the aux kernels of its cache for
-    /// `gpu`.
-    pub(super) fn load(gpu: &Gpu, decode: MlaDecode, cache: Option<&Cache>) -> Result<MlaKernels> {
+    /// `gpu`, and an FP8 variant's bf16 twin when `widen` and the GPU runs it.
+    pub(super) fn load(gpu: &Gpu, decode: MlaDecode, widen: bool, cache: Option<&Cache>) -> Result<MlaKernels> {
         let twin = MlaDecode { kv: MlaKv::Bf16, ..decode };
         let twin = match decode.kv {
-            MlaKv::Fp8 if twin.check(&Target { arch: gpu.arch }).is_ok() => Some(MlaKernel::compile(gpu, twin, cache)?),
+            MlaKv::Fp8 if widen && twin.check(&Target { arch: gpu.arch }).is_ok() => {
+                Some(MlaKernel::compile(gpu, twin, cache)?)
+            }
             MlaKv::Fp8 | MlaKv::Bf16 => None,
         };
         Ok(MlaKernels {

@@ -84,6 +84,11 @@ pub struct CudaOptions {
     pub kv_budget: KvBudget,
     /// The MLA attention variant; `None` is [`MlaDecode::default_for`] the GPU.
     pub mla: Option<MlaDecode>,
+    /// Over an FP8 cache, forwards of [`WIDE_ROWS`] rows or more widen each layer to bf16 once and
+    /// run the FP8 variant's bf16 twin over it (the same bits), where the FP8 variant widens the
+    /// cache again for every row; each page then keeps bf16 room for one layer. `false` runs every
+    /// forward on the FP8 kernels and leaves that room to tokens.
+    pub fp8_widen: bool,
 }
 
 /// How routed INT4 experts run.
@@ -137,6 +142,8 @@ struct AttentionKernels {
     mla_fp8: OnceLock<Arc<MlaKernels>>,
     /// The f32 family, loaded with the first f32 model's attention weights.
     mla_f32: OnceLock<Arc<MlaF32Kernels>>,
+    /// [`CudaOptions::fp8_widen`].
+    fp8_widen: bool,
     /// `--mla-variant`: the variant asked for, over the DB's, for the cache it reads.
     variant: Option<MlaDecode>,
 }
@@ -202,6 +209,7 @@ impl CudaBackend {
                 mla: OnceLock::new(),
                 mla_fp8: OnceLock::new(),
                 mla_f32: OnceLock::new(),
+                fp8_widen: options.fp8_widen,
                 variant: options.mla,
             },
             weights: WeightKernels { shapes: Mutex::default(), streamed: Mutex::default(), moe: options.moe },
@@ -351,7 +359,8 @@ impl CudaBackend {
         let tuned = || kdtree_jit::tune::mla::tuned_variant(&self.tuning.db, &self.tuning.env, arch, &h.mla, kv);
         let given = self.attention.variant.filter(|v| v.kv == kv);
         let decode = given.or_else(tuned).unwrap_or_else(|| MlaDecode::default_for_kv(&Target { arch }, kv));
-        let _ = cell.set(Arc::new(MlaKernels::load(&self.gpu, decode, self.tuning.cubins.as_ref())?));
+        let widen = self.attention.fp8_widen;
+        let _ = cell.set(Arc::new(MlaKernels::load(&self.gpu, decode, widen, self.tuning.cubins.as_ref())?));
         Ok(())
     }
 

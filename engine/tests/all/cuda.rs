@@ -415,19 +415,31 @@ fn an_fp8_cache_on_cuda_decodes_exactly() {
     assert_eq!(bits(&a), bits(&b));
 
     // A forward of WIDE_ROWS rows or more widens each layer to bf16 once and runs the FP8 variant's
-    // bf16 twin over it; forwards of fewer rows run the FP8 variant. Both give the same bits, and so
-    // do the caches they leave.
+    // bf16 twin over it; with the widening off every forward runs the FP8 variant. Both give the
+    // same bits, for a prompt, a tree and a row after them (forwards of the same sizes on both, so
+    // that every other kernel is the same too).
+    let options = CudaOptions {
+        tuning_db: _dir.path().join("tuning.json"),
+        mode: Mode::Exact { m: 16 },
+        fp8_widen: false,
+        ..crate::gpu_common::options()
+    };
+    let mut plain = Model::load_on(&_dir.path().join("model"), Arc::new(CudaBackend::open(&options).unwrap())).unwrap();
+    plain.set_kv_dtype(KvDtype::Fp8).unwrap();
     let rows = 150;
     let long: Vec<u32> = (0..rows as u32).map(|i| (i * 53 + 11) % vocab as u32).collect();
-    let (mut wide, all) = prefill(&tuned, &long);
-    let mut narrow = tuned.new_cache();
-    for start in (0..rows).step_by(WIDE_ROWS - 1) {
-        let end = (start + WIDE_ROWS - 1).min(rows);
-        let positions: Vec<usize> = (start..end).collect();
-        let got = tuned.forward(&mut narrow, &long[start..end], &positions, None).unwrap();
-        assert_eq!(bits(&all[start * vocab..end * vocab]), bits(&got), "rows {start}..{end}");
-    }
+    let ((mut wide, a), (mut narrow, b)) = (prefill(&tuned, &long), prefill(&plain, &long));
+    assert_eq!(bits(&a), bits(&b), "a prompt of {rows} rows");
+    let parents: Vec<Option<usize>> = (0..WIDE_ROWS + 3).map(|i| i.checked_sub(1).map(|p| p / 2)).collect();
+    let mask = TreeMask::from_parents(&parents);
+    let tokens: Vec<u32> = (0..parents.len() as u32).map(|i| 3 + i).collect();
+    let positions: Vec<usize> = (0..parents.len()).map(|i| rows + (i + 1).ilog2() as usize).collect();
+    let a = tuned.forward(&mut wide, &tokens, &positions, Some(&mask)).unwrap();
+    let b = plain.forward(&mut narrow, &tokens, &positions, Some(&mask)).unwrap();
+    assert_eq!(bits(&a), bits(&b), "a tree of {} rows", tokens.len());
+    wide.truncate(rows);
+    narrow.truncate(rows);
     let a = tuned.forward(&mut wide, &[7], &[rows], None).unwrap();
-    let b = tuned.forward(&mut narrow, &[7], &[rows], None).unwrap();
-    assert_eq!(bits(&a), bits(&b), "the next token after either");
+    let b = plain.forward(&mut narrow, &[7], &[rows], None).unwrap();
+    assert_eq!(bits(&a), bits(&b), "the next row");
 }

@@ -4,7 +4,8 @@
 use kdtree_engine::cuda::{CudaBackend, CudaOptions, KvBudget, Mode, MoeKernels};
 
 /// GPU 0 with no tuning DB (a missing file: every W4A16 shape runs its default variant), exact mode
-/// tuned for one row, grouped MoE, CUDA graphs, KV pages within 90% of the free memory.
+/// tuned for one row, grouped MoE, CUDA graphs, KV pages within 90% of the free memory, FP8 layers
+/// widened for many rows.
 pub fn options() -> CudaOptions {
     CudaOptions {
         ordinal: 0,
@@ -14,6 +15,7 @@ pub fn options() -> CudaOptions {
         graphs: true,
         kv_budget: KvBudget::default(),
         mla: None,
+        fp8_widen: true,
     }
 }
 
