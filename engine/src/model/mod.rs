@@ -296,8 +296,11 @@ impl<B: Backend> Model<B> {
     /// Appends `prompt` to `cache` at the positions after its entries, in causal forwards of at most
     /// [`Self::prefill_chunk`] tokens, and returns the argmax of the last token's logits: the first
     /// token greedy decoding emits. A row's result does not depend on the rows computed with it, so
-    /// the chunk size changes no bits; and no forward holds more than a chunk's activations, so a
-    /// prompt of any length that fits the context and the cache runs.
+    /// the chunk size changes no bits, with one exception on CUDA: forwards of more than
+    /// [`crate::cuda::MAX_STREAMED_ROWS`] rows run the dense 16-bit linears on cuBLAS where fewer
+    /// run a tuned streamed variant, which sums in another order (last bits). No forward holds more
+    /// than a chunk's activations, so a prompt of any length that fits the context and the cache
+    /// runs.
     pub fn prefill(&self, cache: &mut B::Cache, prompt: &[u32]) -> Result<u32> {
         self.prefill_tapped(cache, prompt, &[], |_| Ok(()))
     }
