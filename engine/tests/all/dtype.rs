@@ -133,6 +133,8 @@ fn generate_states_the_compute_dtype_and_dtype_chooses_it() {
     says(&["--dtype", "f32"], &["compute dtype: f32 (the checkpoint's)"]);
     // fp8: 32 e4m3 codes and a scale byte padded to 48 bytes, 16 bf16 rope values: 80 bytes a layer.
     says(&["--dtype", "bf16", "--kv-dtype", "fp8"], &["MLA latent in fp8, 80 bytes a token a layer"]);
+    // The CUDA widening's room is not the cache's entries: the line is the same without it.
+    says(&["--dtype", "bf16", "--kv-dtype", "fp8", "--no-fp8-widen"], &["MLA latent in fp8, 80 bytes a token a layer"]);
     let output = generate(f32_model.path(), &["--kv-dtype", "fp8", "--mla-variant", "mla_decode_mma_h64n32_s2_x64"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && stderr.contains("reads a bf16 cache, the model's is fp8"), "{stderr}");
