@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use kdtree_jit::kernel::Kernels;
+use kdtree_jit::mla::widen::{self, Widening};
 use kdtree_jit::mla::{
     AuxKernel, Companions, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaKv, MlaShape, PagedCache, shape_error,
 };
@@ -25,20 +26,14 @@ pub const PAGE_TOKENS: usize = 64;
 /// (K2: 31 rows of 64 heads x 64 splits), so a 1024-token prompt chunk costs no more than a tree.
 const WORKSPACE_BYTES: usize = 256 << 20;
 
-/// Rows from which attention over an FP8 cache widens the layer to bf16 once ([`AuxKernel::widen`],
-/// into the cache's bf16 pages) and runs the decode variant's bf16 twin over it, rather than the FP8
-/// variant widening every tile once per row (see BENCHMARKS.md, "the FP8 ring a tile ahead").
-pub const WIDE_ROWS: usize = 8;
-
 /// The MLA kernels of one GPU over one kind of cache: the decode variant and the aux kernels that
 /// write and read its entries.
 pub struct MlaKernels {
     pub(super) gpu: Gpu,
     decode: MlaKernel,
     pub(super) aux: AuxKernel,
-    /// An FP8 variant's bf16 twin (the same point: the same arithmetic in the same order, so the
-    /// same bits over the values the FP8 entries hold), for launches of [`WIDE_ROWS`] rows or more
-    /// over a widened layer; `None` for a bf16 cache, or a twin the GPU cannot run. A cache over
+    /// An FP8 variant's bf16 twin ([`widen::twin`]), for launches of [`widen::WIDE_ROWS`] rows or
+    /// more over a widened layer; `None` for a bf16 cache, or a twin the GPU cannot run. A cache over
     /// these kernels keeps bf16 pages for one layer ([`super::CudaKv`]).
     twin: Option<MlaKernel>,
 }
@@ -55,11 +50,11 @@ fn unsupported(h: Heads, reason: String) -> EngineError {
 
 impl MlaKernels {
     /// Compiles (through the cubin cache) and loads `decode` and the aux kernels of its cache for
-    /// `gpu`, and an FP8 variant's bf16 twin when `widen` and the GPU runs it.
-    pub(super) fn load(gpu: &Gpu, decode: MlaDecode, widen: bool, cache: Option<&Cache>) -> Result<MlaKernels> {
-        let twin = MlaDecode { kv: MlaKv::Bf16, ..decode };
+    /// `gpu`, and an FP8 variant's bf16 twin when `widening` and the GPU runs it.
+    pub(super) fn load(gpu: &Gpu, decode: MlaDecode, widening: bool, cache: Option<&Cache>) -> Result<MlaKernels> {
+        let twin = widen::twin(&decode);
         let twin = match decode.kv {
-            MlaKv::Fp8 if widen && twin.check(&Target { arch: gpu.arch }).is_ok() => {
+            MlaKv::Fp8 if widening && twin.check(&Target { arch: gpu.arch }).is_ok() => {
                 Some(MlaKernel::compile(gpu, twin, cache)?)
             }
             MlaKv::Fp8 | MlaKv::Bf16 => None,
@@ -105,23 +100,19 @@ impl MlaKernels {
         let rows = (WORKSPACE_BYTES / 4 / row).clamp(1, n.max(1));
         let mut workspace = b.output::<f32>(rows * row)?;
         let mut o_lat = b.output::<f32>(n * s.heads * s.latent)?;
-        let cache = PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer };
-        let (decode, cache) = match (&self.twin, wide) {
-            (Some(twin), Some(wide)) if n >= WIDE_ROWS => {
-                self.aux.widen(gpu, &s, n, &cache, &batch.past.as_view(), &wide.as_view())?;
-                (twin, PagedCache { table: wide.as_view(), page: PAGE_TOKENS, layer: 0 })
-            }
-            _ => (&self.decode, cache),
-        };
         let buffers = MlaBuffers {
             q: q_lat.as_view(),
-            cache,
+            cache: PagedCache { table: table.as_view(), page: PAGE_TOKENS, layer },
             past: batch.past.as_view(),
             mask: batch.device_mask(),
             workspace: workspace.as_view_mut(),
             o_lat: o_lat.as_view_mut(),
         };
-        decode.launch(gpu, &s, n, buffers)?;
+        let wide = match (&self.twin, wide) {
+            (Some(twin), Some(pages)) => Some(Widening { twin, aux: &self.aux, pages: pages.as_view() }),
+            _ => None,
+        };
+        widen::launch(gpu, &s, n, &self.decode, wide, buffers)?;
         self.aux.unabsorb(gpu, &s, n, &o_lat.as_view(), &kv_b.as_view(), &mut out.as_view_mut())?;
         Ok(())
     }

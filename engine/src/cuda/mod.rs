@@ -50,7 +50,7 @@ use kdtree_jit::{Cache, Gpu, Target, compile_all_for};
 
 pub use kv::{CudaKv, KvBudget};
 pub use linear::{CudaLinear, ShapeKernels};
-pub use mla::{CudaAbsorb, LatentKernels, MlaKernels, PAGE_TOKENS, WIDE_ROWS};
+pub use mla::{CudaAbsorb, LatentKernels, MlaKernels, PAGE_TOKENS};
 pub use mla_f32::MlaF32Kernels;
 pub use moe::CudaExperts;
 pub use rows::CudaRows;
@@ -84,7 +84,7 @@ pub struct CudaOptions {
     pub kv_budget: KvBudget,
     /// The MLA attention variant; `None` is [`MlaDecode::default_for`] the GPU.
     pub mla: Option<MlaDecode>,
-    /// Over an FP8 cache, forwards of [`WIDE_ROWS`] rows or more widen each layer to bf16 once and
+    /// Over an FP8 cache, forwards of [`kdtree_jit::mla::widen::WIDE_ROWS`] rows or more widen each layer to bf16 once and
     /// run the FP8 variant's bf16 twin over it (the same bits), where the FP8 variant widens the
     /// cache again for every row; each page then keeps bf16 room for one layer. `false` runs every
     /// forward on the FP8 kernels and leaves that room to tokens.

@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use crate::ddtree_common::{Script, Scripted, assert_exact, greedy_text};
 use kdtree_engine::cpu::CpuBackend;
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, WIDE_ROWS, WeightShape, default_variant};
+use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, WeightShape, default_variant};
 use kdtree_engine::registry::{Backend, KvDtype, KvStore};
 use kdtree_engine::spec::{LookupDrafter, TreeLimits};
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 use kdtree_engine::{Model, TreeMask, greedy_generate};
 use kdtree_jit::dense16::Dense16;
+use kdtree_jit::mla::widen::WIDE_ROWS;
 use kdtree_jit::tune::bench::Timing;
 use kdtree_jit::tune::db::{Entry, TuningDb};
 use kdtree_jit::tune::env::Environment;

@@ -12,6 +12,7 @@
 //! | the attention kernels' variant space, and which points fit an arch | [`MlaDecode`], [`rules`] |
 //! | the paged cache, the launch, a host round trip | [`PagedCache`], [`MlaKernel`], [`mla_host`] |
 //! | absorb, unabsorb, cache append and gather on the GPU | [`MlaAux`], [`AuxKernel`], launched through [`Companions`] (shared with the f32 family) |
+//! | many rows over an FP8 cache: one widening a layer, then the bf16 twin | [`widen`](mod@widen) |
 //!
 //! The GPU family (`templates/mla_decode.cu.tera`): block (row, group of `hb` heads, split) runs
 //! one split of the row's compact sequence on the tensor cores, a second entry merges the splits by
@@ -42,6 +43,7 @@ pub mod launch;
 pub mod reference;
 pub mod rules;
 pub mod space;
+pub mod widen;
 
 pub use aux::AuxKernel;
 pub use companions::{Companions, absorb_host, unabsorb_host};

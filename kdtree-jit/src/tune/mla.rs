@@ -8,7 +8,9 @@
 //!
 //! Each valid variant is first gated against the CPU reference ([`crate::mla::reference`]) on a
 //! causal block and a tree, then screened at every point (L2 flushed, early stop at 1.5x the best
-//! of the point); the winner is timed again at every point with the final reps.
+//! of the point); the winner is timed again at every point with the final reps. An FP8 point is
+//! timed as the engine runs it ([`crate::mla::widen::launch`]): from
+//! [`WIDE_ROWS`](crate::mla::widen::WIDE_ROWS) rows, widening the layer and its bf16 twin.
 
 use kdtree_quant::Dtype;
 use kdtree_quant::sample::symmetric;
@@ -23,8 +25,10 @@ use super::problem::{from_bits, to_bits};
 use super::search::Rejection;
 use super::session::Session;
 use crate::mla::reference::{Weights, attention};
+use crate::mla::widen::{self, Widening, bf16_pages};
 use crate::mla::{
-    DeviceMask, MlaBuffers, MlaDecode, MlaKernel, MlaKv, MlaShape, NewMask, PagedCache, mla_host, upload_cache,
+    AuxKernel, DeviceMask, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaKv, MlaShape, NewMask, PagedCache, mla_host,
+    upload_cache,
 };
 use crate::{Cache, Variant, compile_all_for};
 
@@ -123,10 +127,13 @@ fn gate(
 }
 
 /// The grid's device buffers, made once and shared by every variant and both passes: a cache per
-/// context, queries per row count, each point's committed length, one workspace and output.
+/// context, queries per row count, each point's committed length, one workspace and output; for an
+/// FP8 cache, bf16 pages per context to widen into.
 struct Grid {
     /// Per context: its pool (kept alive) and page table.
     caches: Vec<(cudarc::driver::CudaSlice<u16>, cudarc::driver::CudaSlice<u64>)>,
+    /// Per context, for an FP8 cache: bf16 pages and their table.
+    wide: Vec<(cudarc::driver::CudaSlice<u16>, cudarc::driver::CudaSlice<u64>)>,
     /// Per row count.
     queries: Vec<cudarc::driver::CudaSlice<u16>>,
     /// Per point: (row count's index, context's index, rows, `context - rows` on the device).
@@ -148,9 +155,12 @@ impl Grid {
     ) -> Result<Grid> {
         let (gpu, w) = (session.gpu, s.width());
         let st = &gpu.stream;
-        let mut caches = Vec::new();
+        let (mut caches, mut wide) = (Vec::new(), Vec::new());
         for &c in contexts {
             caches.push(upload_cache(gpu, &kv.encode(&symmetric(c * w, 3, 1.0), s).0, kv.entry_words(s), PAGE, 1, 0)?);
+            if kv == MlaKv::Fp8 {
+                wide.push(bf16_pages(gpu, c, PAGE, w)?);
+            }
         }
         let mut queries = Vec::new();
         for &r in rows {
@@ -167,6 +177,7 @@ impl Grid {
         let workspace = (most_rows * most_ws).min(WORKSPACE_BYTES / 4 + most_ws);
         Ok(Grid {
             caches,
+            wide,
             queries,
             points,
             workspace: st.alloc_zeros::<f32>(workspace)?,
@@ -174,11 +185,14 @@ impl Grid {
         })
     }
 
-    /// Times `kernel` at point `p`.
+    /// Times `kernel` at point `p`, as the engine runs it with `widening` (an FP8 variant's twin and
+    /// the FP8 aux kernels) where the grid has pages to widen into.
+    #[allow(clippy::too_many_arguments)]
     fn time(
         &mut self,
         session: &mut Session,
         kernel: &MlaKernel,
+        widening: Option<(&MlaKernel, &AuxKernel)>,
         s: &MlaShape,
         p: usize,
         cfg: &BenchConfig,
@@ -188,6 +202,7 @@ impl Grid {
         let row_len = kernel.variant().workspace_len(1, s.heads, s.latent);
         let ws = (WORKSPACE_BYTES / 4 / row_len).clamp(1, *rows) * row_len;
         let Session { gpu, clock, flusher, .. } = session;
+        let pages = self.wide.get(*ci).map(|(_, table)| table);
         let mut run = || {
             let b = MlaBuffers {
                 q: self.queries[*ri].as_view(),
@@ -197,7 +212,8 @@ impl Grid {
                 workspace: self.workspace.slice_mut(..ws),
                 o_lat: self.o_lat.slice_mut(..*rows * s.heads * s.latent),
             };
-            Ok(kernel.launch(gpu, s, *rows, b)?)
+            let wide = widening.zip(pages).map(|((twin, aux), pages)| Widening { twin, aux, pages: pages.as_view() });
+            Ok(widen::launch(gpu, s, *rows, kernel, wide, b)?)
         };
         measure(clock, cfg, best, || flusher.flush(&gpu.stream), &mut run)
     }
@@ -243,6 +259,23 @@ pub fn tune_mla(
         }
         .into());
     }
+    // FP8: each gated variant's bf16 twin where the arch runs it, and the aux kernels that widen.
+    let (twins, aux) = match kv {
+        MlaKv::Fp8 => {
+            let target = crate::Target { arch };
+            let fits: Vec<MlaDecode> =
+                kernels.iter().map(|k| widen::twin(k.variant())).filter(|t| t.check(&target).is_ok()).collect();
+            let mut loaded = std::collections::HashMap::new();
+            for (v, compiled) in compile_all_for(&fits, |v| v.compile_arch(arch), cache, |_| {}) {
+                loaded.insert(v.name(), MlaKernel::load(session.gpu, v, &compiled?)?);
+            }
+            let twins: Vec<Option<MlaKernel>> =
+                kernels.iter().map(|k| loaded.remove(&widen::twin(k.variant()).name())).collect();
+            (twins, Some(AuxKernel::compile(session.gpu, MlaAux::beside(kernels[0].variant()), cache)?))
+        }
+        MlaKv::Bf16 => (kernels.iter().map(|_| None).collect(), None),
+    };
+    let widening = |i: usize| twins[i].as_ref().zip(aux.as_ref());
     let most_ws = kernels.iter().map(|k| k.variant().workspace_len(1, s.heads, s.latent)).max().unwrap_or(1);
     let mut grid = Grid::new(session, s, kv, rows, contexts, most_ws)?;
     let points = grid.points.len();
@@ -257,7 +290,7 @@ pub fn tune_mla(
     for (p, times) in times.iter_mut().enumerate() {
         let mut best: Option<f64> = None;
         for (i, k) in kernels.iter().enumerate() {
-            let t = grid.time(session, k, s, p, &BenchConfig::SCREEN, best)?.median_us;
+            let t = grid.time(session, k, widening(i), s, p, &BenchConfig::SCREEN, best)?.median_us;
             times[i] = t;
             best = Some(best.map_or(t, |b| b.min(t)));
             done += 1;
@@ -270,7 +303,7 @@ pub fn tune_mla(
     // The winner's final times, point by point.
     let mut reports = Vec::new();
     for (p, times) in times.iter().enumerate() {
-        let t = grid.time(session, &kernels[chosen], s, p, &BenchConfig::FINAL, None)?;
+        let t = grid.time(session, &kernels[chosen], widening(chosen), s, p, &BenchConfig::FINAL, None)?;
         let (r, c) = (grid.points[p].2, contexts[grid.points[p].1]);
         let (best_i, best_us) =
             times.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).map(|(i, &t)| (i, t)).expect("timed");

@@ -8,9 +8,10 @@
 
 use std::path::Path;
 
-use cudarc::driver::{CudaSlice, DevicePtr};
+use cudarc::driver::CudaSlice;
 use half::bf16;
 use kdtree_jit::mla::reference::{Weights, absorb_query, attention, unabsorb_output};
+use kdtree_jit::mla::widen::bf16_pages;
 use kdtree_jit::mla::{
     AuxKernel, Companions, DeviceMask, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaKv, MlaShape, NewMask, PagedCache,
     absorb_host, mla_host, unabsorb_host, upload_cache,
@@ -196,16 +197,6 @@ fn a_tree_row_equals_the_same_row_decoded_alone_bit_for_bit() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Zeroed bf16 pages for `entries` entries of `width`, in order, and their table.
-fn bf16_pages(gpu: &Gpu, entries: usize, page: usize, width: usize) -> (CudaSlice<u16>, CudaSlice<u64>) {
-    let pages = entries.div_ceil(page);
-    let values = gpu.stream.alloc_zeros::<u16>(pages * page * width).unwrap();
-    let base = values.device_ptr(&gpu.stream).0;
-    let addresses: Vec<u64> = (0..pages).map(|p| base + (2 * p * page * width) as u64).collect();
-    let table = gpu.stream.clone_htod(&addresses).unwrap();
-    (values, table)
-}
-
 fn aux(gpu: &Gpu, kv: MlaKv) -> AuxKernel {
     AuxKernel::compile(gpu, MlaAux { kv, ..MlaAux::default_for(&Target { arch: gpu.arch }) }, Some(&cache())).unwrap()
 }
@@ -282,7 +273,7 @@ fn append_then_gather_round_trips_through_shuffled_pages() {
         }
         // Widening the layer gives those values as bf16 pages (here in order); a bf16 cache has
         // nothing to widen.
-        let (wide, wide_table) = bf16_pages(&gpu, past + n, page, w);
+        let (wide, wide_table) = bf16_pages(&gpu, past + n, page, w).unwrap();
         let widened = k.widen(&gpu, &s, n, &cache, &pd.as_view(), &wide_table.as_view());
         if kv == MlaKv::Bf16 {
             assert!(widened.is_err());
@@ -376,7 +367,7 @@ fn bench_fp8_widening_against_the_fp8_variant() {
         let words = MlaKv::Fp8.encode(&symmetric(ctx * w, 21, 1.0), &s).0;
         let (_pool, table) = upload_cache(&gpu, &words, MlaKv::Fp8.entry_words(&s), page, 1, 0).unwrap();
         let cache = PagedCache { table: table.as_view(), page, layer: 0 };
-        let (_wide, wide_table) = bf16_pages(&gpu, ctx, page, w);
+        let (_wide, wide_table) = bf16_pages(&gpu, ctx, page, w).unwrap();
         let mut time = |run: &mut dyn FnMut() -> Result<(), kdtree_jit::tune::error::TuneError>| {
             measure(&mut clock, &cfg, None, || flusher.flush(st), run).unwrap().median_us
         };
