@@ -43,14 +43,16 @@ impl Gpu {
     /// more than its variant's function). The cubin must be for this GPU's arch, or its
     /// arch-specific target.
     pub fn load_entries<const N: usize>(&self, c: &Compiled, names: [String; N]) -> Result<[CudaFunction; N]> {
+        let functions = self.load_named(c, &names)?;
+        Ok(functions.try_into().unwrap_or_else(|_| unreachable!("one function per name")))
+    }
+
+    /// [`load_entries`](Gpu::load_entries) for a list of names known at run time, in their order.
+    pub fn load_named(&self, c: &Compiled, names: &[String]) -> Result<Vec<CudaFunction>> {
         if !c.arch.runs_on(self.arch) {
             return Err(Error::WrongArch { name: c.name.clone(), compiled: c.arch, device: self.arch });
         }
         let module = self.ctx.load_module(Ptx::from_binary(c.cubin.clone()))?;
-        let mut functions = Vec::with_capacity(N);
-        for name in &names {
-            functions.push(module.load_function(name)?);
-        }
-        Ok(functions.try_into().unwrap_or_else(|_| unreachable!("one function per name")))
+        names.iter().map(|name| Ok(module.load_function(name)?)).collect()
     }
 }

@@ -10,9 +10,9 @@ use cudarc::driver::CudaSlice;
 use kdtree_jit::kernel::Kernels;
 use kdtree_jit::mla::widen::{self, Widening};
 use kdtree_jit::mla::{
-    AuxKernel, Companions, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaKv, MlaShape, PagedCache, shape_error,
+    AuxKernel, Companions, MlaAux, MlaBuffers, MlaDecode, MlaKernel, MlaShape, PagedCache, shape_error,
 };
-use kdtree_jit::{Cache, Gpu, Target, Variant};
+use kdtree_jit::{Cache, Gpu};
 
 use super::mla_f32::MlaF32Kernels;
 use super::{CudaBackend, CudaBatch};
@@ -52,12 +52,9 @@ impl MlaKernels {
     /// Compiles (through the cubin cache) and loads `decode` and the aux kernels of its cache for
     /// `gpu`, and an FP8 variant's bf16 twin when `widening` and the GPU runs it.
     pub(super) fn load(gpu: &Gpu, decode: MlaDecode, widening: bool, cache: Option<&Cache>) -> Result<MlaKernels> {
-        let twin = widen::twin(&decode);
-        let twin = match decode.kv {
-            MlaKv::Fp8 if widening && twin.check(&Target { arch: gpu.arch }).is_ok() => {
-                Some(MlaKernel::compile(gpu, twin, cache)?)
-            }
-            MlaKv::Fp8 | MlaKv::Bf16 => None,
+        let twin = match widen::twin_on(&decode, gpu.arch).filter(|_| widening) {
+            Some(twin) => Some(MlaKernel::compile(gpu, twin, cache)?),
+            None => None,
         };
         Ok(MlaKernels {
             gpu: gpu.clone(),

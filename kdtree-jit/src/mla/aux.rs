@@ -38,19 +38,12 @@ impl AuxKernel {
         if compiled.name != variant.name() {
             return Err(unsupported(&variant.name(), format!("the cubin given holds `{}`", compiled.name)));
         }
-        let [absorb, unabsorb, append, gather] =
-            [variant.name(), variant.unabsorb_name(), variant.append_name(), variant.gather_name()];
-        let (fns, widen) = match variant.kv {
-            MlaKv::Fp8 => {
-                let [absorb, unabsorb, append, gather, widen] =
-                    gpu.load_entries(compiled, [absorb, unabsorb, append, gather, variant.widen_name()])?;
-                (CompanionFns { absorb, unabsorb, append, gather }, Some(widen))
-            }
-            MlaKv::Bf16 => {
-                let [absorb, unabsorb, append, gather] =
-                    gpu.load_entries(compiled, [absorb, unabsorb, append, gather])?;
-                (CompanionFns { absorb, unabsorb, append, gather }, None)
-            }
+        let mut entries = gpu.load_named(compiled, &variant.entry_names())?.into_iter();
+        let mut next = || entries.next().ok_or_else(|| unsupported(&variant.name(), "an entry is missing".into()));
+        let fns = CompanionFns { absorb: next()?, unabsorb: next()?, append: next()?, gather: next()? };
+        let widen = match variant.kv {
+            MlaKv::Fp8 => Some(next()?),
+            MlaKv::Bf16 => None,
         };
         Ok(AuxKernel { variant, fns, widen })
     }

@@ -8,7 +8,7 @@
 use cudarc::driver::{CudaSlice, CudaView, DevicePtr};
 
 use crate::mla::{AuxKernel, MlaBuffers, MlaDecode, MlaKernel, MlaKv, MlaShape, PagedCache};
-use crate::{Gpu, Result};
+use crate::{Arch, Gpu, Result, Target, Variant};
 
 /// Rows from which widening once beats the FP8 variant: on an H100 at K2's sizes 1.06x (32768
 /// entries) and 1.11x (131072) at 8 rows, 0.96x and 0.94x at 4.
@@ -17,6 +17,13 @@ pub const WIDE_ROWS: usize = 8;
 /// The bf16 variant at `v`'s point.
 pub fn twin(v: &MlaDecode) -> MlaDecode {
     MlaDecode { kv: MlaKv::Bf16, ..*v }
+}
+
+/// The twin an FP8 variant widens for on `arch`: `None` for a bf16 variant, or a twin `arch`
+/// cannot run (that variant then reads its FP8 tiles at every row count).
+pub fn twin_on(v: &MlaDecode, arch: Arch) -> Option<MlaDecode> {
+    let t = twin(v);
+    (v.kv == MlaKv::Fp8 && t.check(&Target { arch }).is_ok()).then_some(t)
 }
 
 /// The bf16 twin, the FP8 aux kernels and the bf16 pages (one layer, `b.cache`'s page size) a

@@ -262,9 +262,7 @@ pub fn tune_mla(
     // FP8: each gated variant's bf16 twin where the arch runs it, and the aux kernels that widen.
     let (twins, aux) = match kv {
         MlaKv::Fp8 => {
-            let target = crate::Target { arch };
-            let fits: Vec<MlaDecode> =
-                kernels.iter().map(|k| widen::twin(k.variant())).filter(|t| t.check(&target).is_ok()).collect();
+            let fits: Vec<MlaDecode> = kernels.iter().filter_map(|k| widen::twin_on(k.variant(), arch)).collect();
             let mut loaded = std::collections::HashMap::new();
             for (v, compiled) in compile_all_for(&fits, |v| v.compile_arch(arch), cache, |_| {}) {
                 loaded.insert(v.name(), MlaKernel::load(session.gpu, v, &compiled?)?);
