@@ -8,7 +8,9 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use kdtree_engine::Model;
-use kdtree_engine::cuda::{CudaBackend, CudaOptions, KvBudget, MAX_STREAMED_ROWS, Mode, MoeKernels, Plan, Source};
+use kdtree_engine::cuda::{
+    CudaBackend, CudaOptions, KvBudget, MAX_STREAMED_ROWS, Mode, MoeKernels, Plan, Source, StartupProgress,
+};
 use kdtree_engine::model::DEFAULT_PREFILL_CHUNK;
 use kdtree_engine::registry::{Backend, BackendKind, ComputeDtype, KvDtype, Selection, select};
 use kdtree_engine::table::table;
@@ -71,10 +73,12 @@ pub struct BackendArgs {
     /// Which GPU (0 is the first).
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
-    /// Seconds to spend at startup tuning the W4A16 problems (shape, M bucket) this model runs that
-    /// the tuning DB has no fresh entry for; the results are saved to the DB, so the budget is spent
-    /// only on what it lacks, once. A problem started within the budget is finished. 0: no tuning,
-    /// the DB's entries and the default variant for the rest. Ignored on the CPU.
+    /// Seconds to spend at startup tuning what this model runs that the tuning DB has no fresh entry
+    /// for: the W4A16 problems (shape, M bucket), then the dense bf16/f16 linears on the streamed
+    /// family (against cuBLAS, at the M the plan asks for); the results are saved to the DB, so the
+    /// budget is spent only on what it lacks, once. A problem started within the budget is
+    /// finished. 0: no tuning, the DB's entries, the default variant and cuBLAS for the rest.
+    /// Ignored on the CPU.
     #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = seconds, allow_negative_numbers = true)]
     pub tune_budget: Duration,
     /// What the KV cache's pages may take on the GPU: a fraction of the memory free after the
@@ -194,7 +198,7 @@ impl BackendArgs {
                 None
             }
             Selection::Gpu(mut gpu) => {
-                tune_at_startup(&mut gpu, model, self.tune_budget)?;
+                tune_at_startup(&mut gpu, model, self.dtype, self.tune_budget)?;
                 Some(gpu)
             }
         })
@@ -202,7 +206,12 @@ impl BackendArgs {
 }
 
 /// Tunes what the model lacks, with progress bars on stderr and a one-line summary.
-fn tune_at_startup(cuda: &mut CudaBackend, model: &Path, budget: Duration) -> anyhow::Result<()> {
+fn tune_at_startup(
+    cuda: &mut CudaBackend,
+    model: &Path,
+    dtype: Option<ComputeDtype>,
+    budget: Duration,
+) -> anyhow::Result<()> {
     let bar = |len: usize, what: &str| {
         let style =
             ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {elapsed}").expect("a valid template");
@@ -210,17 +219,26 @@ fn tune_at_startup(cuda: &mut CudaBackend, model: &Path, budget: Duration) -> an
     };
     let (mut compiling, mut tuning) = (None::<ProgressBar>, None::<ProgressBar>);
     let summary = cuda
-        .tune_at_startup(model, budget, &mut |p| match p {
-            Progress::Compiling { done, total } => {
+        .tune_at_startup(model, dtype, budget, &mut |p| match p {
+            StartupProgress::W4a16(Progress::Compiling { done, total }) => {
                 compiling.get_or_insert_with(|| bar(total, "compile")).set_position(done as u64)
             }
-            Progress::Compiled { .. } => compiling.take().into_iter().for_each(|b| b.finish_and_clear()),
+            StartupProgress::W4a16(Progress::Compiled { .. }) => {
+                compiling.take().into_iter().for_each(|b| b.finish_and_clear())
+            }
             // One run per group size and dtype, each with its own bar.
-            Progress::Tuning { candidates } => {
+            StartupProgress::W4a16(Progress::Tuning { candidates }) => {
                 tuning.replace(bar(candidates, "tune")).into_iter().for_each(|b| b.finish_and_clear())
             }
-            Progress::Gated => tuning.iter().for_each(|b| b.inc(1)),
-            Progress::Tuned(_) => {}
+            StartupProgress::W4a16(Progress::Gated) => tuning.iter().for_each(|b| b.inc(1)),
+            StartupProgress::W4a16(Progress::Tuned(_)) => {}
+            // After the W4A16 problems, one bar for the dense shapes.
+            StartupProgress::Dense16 { done, total } => {
+                if tuning.as_ref().is_none_or(|b| b.message() != "dense16") {
+                    tuning.replace(bar(total, "dense16")).into_iter().for_each(|b| b.finish_and_clear());
+                }
+                tuning.iter().for_each(|b| b.set_position(done as u64))
+            }
         })
         .with_context(|| format!("tuning {} at startup (--tune-budget 0 skips it)", model.display()))?;
     tuning.into_iter().for_each(|b| b.finish_and_clear());

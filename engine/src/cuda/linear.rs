@@ -18,9 +18,10 @@ use super::CudaBackend;
 use super::gemm::{self, EXACT_ROWS, GemmInput};
 use super::ops;
 use super::select::{Mode, Plan, WeightShape};
-use super::streamed::{self, DenseShape, MAX_STREAMED_ROWS};
+use super::streamed::{self, MAX_STREAMED_ROWS};
 use super::tensor::CudaTensor;
 use crate::error::{EngineError, Result};
+use crate::model::DenseShape;
 use crate::registry::{DenseValues, DenseWeight};
 
 /// The loaded kernels of one weight shape, shared by every weight of that shape.

@@ -55,8 +55,8 @@ pub use mla_f32::MlaF32Kernels;
 pub use moe::CudaExperts;
 pub use rows::CudaRows;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
-pub use startup_tune::{Missing, TuneSummary, missing};
-pub use streamed::{DenseShape, MAX_STREAMED_ROWS};
+pub use startup_tune::{Missing, StartupProgress, TuneSummary, missing};
+pub use streamed::MAX_STREAMED_ROWS;
 use tensor::HostBatch;
 pub use tensor::{CudaBatch, CudaTensor, MAX_GRAPH_TOKENS};
 
@@ -152,7 +152,7 @@ struct AttentionKernels {
 struct WeightKernels {
     shapes: Mutex<BTreeMap<WeightShape, Arc<ShapeKernels>>>,
     /// The streamed kernel of each dense weight shape loaded so far; `None` where cuBLAS runs it.
-    streamed: Mutex<BTreeMap<DenseShape, Option<Arc<kdtree_jit::dense16::Dense16Kernel>>>>,
+    streamed: Mutex<BTreeMap<crate::model::DenseShape, Option<Arc<kdtree_jit::dense16::Dense16Kernel>>>>,
     moe: MoeKernels,
 }
 

@@ -2,10 +2,11 @@
 //! will run that the tuning DB has no fresh entry for are tuned through kdtree-jit's tuner
 //! ([`run::tune`]) within a time budget and saved to the DB, so the load plans them from it.
 //!
-//! The problems are per-shape W4A16 GEMMs: the model's INT4 weights outside the grouped routed
-//! experts (the experts too when they run one chain per expert). The grouped MoE kernel is another
-//! kind of problem; it would be a second field of [`Missing`], tuned after these under the same
-//! deadline.
+//! Two kinds of problem, one field of [`Missing`] each, tuned in this order under one deadline:
+//! per-shape W4A16 GEMMs (the model's INT4 weights outside the grouped routed experts, the experts
+//! too when they run one chain per expert), then the dense 16-bit linears of a few rows on the
+//! streamed family ([`streamed`](super::streamed)) at the M its plan asks the DB for. The grouped
+//! MoE kernel would be a third.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use kdtree_jit::Arch;
 use kdtree_jit::Cache;
 use kdtree_jit::tune::db::TuningDb;
+use kdtree_jit::tune::dense16::{self, Dense16Request, Dense16Tuned};
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::tune::flush::FlushMode;
 use kdtree_jit::tune::key::{M_BUCKETS, Shape, m_bucket};
@@ -23,21 +25,25 @@ use kdtree_jit::tune::session::Session;
 use kdtree_jit::w4a16::dense::DenseVariant;
 
 use super::select::{Mode, Plan, Source, WeightShape, plan};
+use super::streamed::planned_m;
 use super::{CudaBackend, MoeKernels};
 use crate::error::{EngineError, Result};
-use crate::model::{Int4Weight, int4_weights};
+use crate::model::{DenseShape, Int4Weight, dense16_weights, int4_weights};
+use crate::registry::ComputeDtype;
 
 /// What the model runs that the DB lacks, by kind of kernel.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Missing {
     /// W4A16 weight shapes, each with the M buckets it lacks.
     pub w4a16: Vec<(WeightShape, Vec<u32>)>,
+    /// Dense 16-bit weight shapes the streamed family has no entry for at the M they are planned at.
+    pub dense16: Vec<(DenseShape, u32)>,
 }
 
 impl Missing {
     /// How many (problem, M bucket) pairs.
     pub fn len(&self) -> usize {
-        self.w4a16.iter().map(|(_, buckets)| buckets.len()).sum()
+        self.w4a16.iter().map(|(_, buckets)| buckets.len()).sum::<usize>() + self.dense16.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -69,9 +75,11 @@ impl std::fmt::Display for TuneSummary {
 /// The (shape, M bucket) pairs of `weights` that the backend will plan but `db` has no fresh entry
 /// of their own for (none, a stale one, or only another bucket's), read as [`plan`] reads the DB.
 /// The buckets are those `mode` plans: exact mode's one bucket of `m`, or every bucket in fast mode.
-/// With grouped MoE, routed experts are left out: they do not run per-shape kernels.
+/// With grouped MoE, routed experts are left out: they do not run per-shape kernels. The `dense`
+/// shapes lack the M their plan asks for ([`planned_m`]; none past the streamed family's rows).
 pub fn missing(
     weights: &[Int4Weight],
+    dense: &[DenseShape],
     moe: MoeKernels,
     mode: Mode,
     db: &TuningDb,
@@ -95,7 +103,22 @@ pub fn missing(
         })
         .filter(|(_, buckets)| !buckets.is_empty())
         .collect();
-    Missing { w4a16 }
+    let dense16 = match planned_m(mode) {
+        Some(m) => {
+            let m = m as u32;
+            // Shapes no variant computes are left to cuBLAS rather than asked for at every startup.
+            let lacks = |s: &&DenseShape| match (u32::try_from(s.n), u32::try_from(s.k)) {
+                (Ok(n), Ok(k)) => {
+                    let shape = Shape { n, k };
+                    dense16::can_tune(arch, shape, s.dtype, m) && !dense16::is_tuned(db, env, arch, shape, s.dtype, m)
+                }
+                _ => false,
+            };
+            dense.iter().filter(lacks).map(|&s| (s, m)).collect()
+        }
+        None => Vec::new(),
+    };
+    Missing { w4a16, dense16 }
 }
 
 /// The buckets whose own DB entry `plan` runs.
@@ -106,18 +129,56 @@ fn own_buckets(plan: &Plan) -> Vec<u32> {
         .collect()
 }
 
+/// What tuning at startup tells as it goes.
+pub enum StartupProgress<'a> {
+    /// The W4A16 problems, as [`run::tune`] tells them.
+    W4a16(Progress<'a>),
+    /// The streamed family: `done` of `total` dense (shape, M) pairs tuned.
+    Dense16 { done: usize, total: usize },
+}
+
+/// What tuning at startup runs on: W4A16's [`Tuner`], and the streamed 16-bit family's tuner.
+pub trait StartupTuner: Tuner<Variant = DenseVariant> {
+    /// [`dense16::tune_dense16`] of `request`, into `db` (not to disk).
+    fn tune_dense16(
+        &mut self,
+        db: &mut TuningDb,
+        cache: Option<&Cache>,
+        request: &Dense16Request,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> kdtree_jit::tune::error::Result<Vec<Dense16Tuned>>;
+}
+
+impl StartupTuner for Session<'_> {
+    fn tune_dense16(
+        &mut self,
+        db: &mut TuningDb,
+        cache: Option<&Cache>,
+        request: &Dense16Request,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> kdtree_jit::tune::error::Result<Vec<Dense16Tuned>> {
+        dense16::tune_dense16(self, db, cache, request, progress)
+    }
+}
+
+/// A shape's dimensions as the tuning DB keys them.
+fn db_shape(n: usize, k: usize, what: &dyn std::fmt::Display) -> Result<Shape> {
+    let too_large = || EngineError::InvalidArgument(format!("{what}: dimensions over u32"));
+    Ok(Shape { n: u32::try_from(n).map_err(|_| too_large())?, k: u32::try_from(k).map_err(|_| too_large())? })
+}
+
 /// Tunes `missing` within `budget` on the tuner `open` makes, adding the winners to `db` and saving
 /// it to `db_path` as it goes. `None`, without opening a tuner, when nothing is missing or the
 /// budget is 0. The budget counts from the call, opening the tuner included; a problem already
 /// started when it runs out is finished.
-fn tune<T: Tuner<Variant = DenseVariant>>(
+fn tune<T: StartupTuner>(
     open: impl FnOnce() -> kdtree_jit::tune::error::Result<T>,
     db: &mut TuningDb,
     db_path: &Path,
     cache: Option<&Cache>,
     missing: &Missing,
     budget: Duration,
-    progress: &mut (dyn FnMut(Progress<'_>) + Send),
+    progress: &mut (dyn FnMut(StartupProgress<'_>) + Send),
 ) -> Result<Option<TuneSummary>> {
     if missing.is_empty() || budget.is_zero() {
         return Ok(None);
@@ -129,10 +190,9 @@ fn tune<T: Tuner<Variant = DenseVariant>>(
     // One request per group size and dtype, which a request shares.
     let mut requests: BTreeMap<_, Vec<(Shape, u32)>> = BTreeMap::new();
     for (s, buckets) in &missing.w4a16 {
-        let too_large = || EngineError::InvalidArgument(format!("W4A16 shape {s}: dimensions over u32"));
-        let shape =
-            Shape { n: u32::try_from(s.n).map_err(|_| too_large())?, k: u32::try_from(s.k).map_err(|_| too_large())? };
-        let group = u32::try_from(s.group_size).map_err(|_| too_large())?;
+        let shape = db_shape(s.n, s.k, &format_args!("W4A16 shape {s}"))?;
+        let group = u32::try_from(s.group_size)
+            .map_err(|_| EngineError::InvalidArgument(format!("W4A16 shape {s}: group size over u32")))?;
         requests.entry((group, s.dtype)).or_default().extend(buckets.iter().map(|&b| (shape, b)));
     }
     for ((group_size, dtype), problems) in requests {
@@ -144,29 +204,50 @@ fn tune<T: Tuner<Variant = DenseVariant>>(
             deadline: Some(deadline),
             search: SearchConfig::default(),
         };
-        let outcome = run::tune(&mut tuner, db, db_path, cache, &request, progress)?;
+        let outcome =
+            run::tune(&mut tuner, db, db_path, cache, &request, &mut |p| progress(StartupProgress::W4a16(p)))?;
         summary.tuned += outcome.entries.len();
         summary.failed += outcome.failed.len();
         summary.skipped += outcome.skipped.len();
+    }
+    // The streamed family: one request per dtype and M (exact mode plans one M, fast mode M = 1).
+    let mut dense: BTreeMap<_, Vec<Shape>> = BTreeMap::new();
+    for (s, m) in &missing.dense16 {
+        dense.entry((s.dtype, *m)).or_default().push(db_shape(s.n, s.k, &format_args!("dense shape {s}"))?);
+    }
+    let (mut done, total) = (0, missing.dense16.len());
+    for ((dtype, m), shapes) in dense {
+        let request = Dense16Request { shapes: &shapes, ms: &[m], dtype, deadline: Some(deadline) };
+        let tuned = tuner.tune_dense16(db, cache, &request, &mut |d, _| {
+            progress(StartupProgress::Dense16 { done: done + d, total })
+        })?;
+        db.save(db_path)?;
+        done += shapes.len();
+        let won = tuned.iter().filter(|t| t.variant.is_some()).count();
+        summary.tuned += won;
+        summary.failed += tuned.len() - won;
+        summary.skipped += shapes.len() - tuned.len();
     }
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(Some(summary))
 }
 
 impl CudaBackend {
-    /// Tunes what the model in `dir` will run that the tuning DB lacks ([`missing`]), within
+    /// Tunes what the model in `dir`, loaded in `dtype` ([`Model::load_as`](crate::model::Model::load_as)),
+    /// will run that the tuning DB lacks ([`missing`]), within
     /// `budget`, and saves it to the DB file, so that loading the model next plans from the new
     /// entries. `None` when nothing is missing or the budget is 0. `progress` hears of compiling and
-    /// tuning as [`run::tune`] tells them.
+    /// tuning as it goes ([`StartupProgress`]).
     pub fn tune_at_startup(
         &mut self,
         dir: &Path,
+        dtype: Option<ComputeDtype>,
         budget: Duration,
-        progress: &mut (dyn FnMut(Progress<'_>) + Send),
+        progress: &mut (dyn FnMut(StartupProgress<'_>) + Send),
     ) -> Result<Option<TuneSummary>> {
-        let weights = int4_weights(dir)?;
-        let missing =
-            missing(&weights, self.weights.moe, self.tuning.mode, &self.tuning.db, &self.tuning.env, self.gpu.arch);
+        let (weights, dense) = (int4_weights(dir)?, dense16_weights(dir, dtype)?);
+        let (tuning, arch) = (&self.tuning, self.gpu.arch);
+        let missing = missing(&weights, &dense, self.weights.moe, tuning.mode, &tuning.db, &tuning.env, arch);
         let gpu = &self.gpu;
         let open = || Session::open(gpu, FlushMode::Read);
         tune(open, &mut self.tuning.db, &self.tuning.db_path, self.tuning.cubins.as_ref(), &missing, budget, progress)
@@ -178,6 +259,7 @@ mod tests {
     use std::collections::HashMap;
 
     use kdtree_jit::Variant;
+    use kdtree_jit::dense16::Dense16;
     use kdtree_jit::tune::bench::Timing;
     use kdtree_jit::tune::db::Entry;
     use kdtree_jit::tune::key::ProblemKey;
@@ -192,6 +274,11 @@ mod tests {
     /// A weight outside the experts (an INT4 attention or dense projection) and a routed expert's.
     const DENSE: Int4Weight = Int4Weight { n: 4096, k: 7168, group_size: 32, dtype: Dtype::Bf16, routed_expert: false };
     const EXPERT: Int4Weight = Int4Weight { n: 7168, k: 2048, group_size: 32, dtype: Dtype::Bf16, routed_expert: true };
+    /// A dense bf16 weight the streamed family computes (K2's `[q_a_proj; kv_a_proj_with_mqa]`), and
+    /// one it does not (K not a multiple of 32).
+    const STREAMED: DenseShape = DenseShape { n: 2112, k: 7168, dtype: Dtype::Bf16 };
+    const ODD: DenseShape = DenseShape { n: 64, k: 48, dtype: Dtype::Bf16 };
+    const TIMING: Timing = Timing { median_us: 10.0, p10_us: 9.0, p90_us: 11.0, reps: 100 };
 
     fn shape(w: &Int4Weight) -> WeightShape {
         WeightShape { n: w.n, k: w.k, group_size: w.group_size, dtype: w.dtype }
@@ -200,7 +287,7 @@ mod tests {
     /// A DB entry of `w` at `bucket` measured in `env`, won by the default variant.
     fn entry(w: &Int4Weight, bucket: u32, env: Environment) -> Entry {
         let s = shape(w);
-        let t = Timing { median_us: 10.0, p10_us: 9.0, p90_us: 11.0, reps: 100 };
+        let t = TIMING;
         Entry {
             key: ProblemKey::w4a16(bucket, Shape { n: s.n as u32, k: s.k as u32 }, 32, s.dtype, ARCH),
             env,
@@ -220,8 +307,26 @@ mod tests {
         TuningDb { entries, ..TuningDb::default() }
     }
 
+    /// The streamed variant's entry of `s` at `m`, measured in `env`.
+    fn dense_entry(s: DenseShape, m: u32, env: Environment) -> Entry {
+        let shape = Shape { n: s.n as u32, k: s.k as u32 };
+        Entry {
+            key: dense16::key(m, shape, s.dtype, ARCH),
+            env,
+            variant: Dense16::default_for(s.dtype).name(),
+            m,
+            timing: TIMING,
+            error: 0.0,
+            peers: Peers { cublas_bf16: Some(TIMING), cublas_f16: None, copy_gbps: 4000.0 },
+            bytes: dense16::bytes(shape, m as usize),
+            timed: 1,
+            rejected: Vec::new(),
+            tuned_at_unix: 0,
+        }
+    }
+
     fn missing_in(db: &TuningDb, moe: MoeKernels, mode: Mode) -> Missing {
-        missing(&[DENSE, EXPERT], moe, mode, db, &Environment::sample_h200(), ARCH)
+        missing(&[DENSE, EXPERT], &[STREAMED, ODD], moe, mode, db, &Environment::sample_h200(), ARCH)
     }
 
     #[test]
@@ -240,13 +345,29 @@ mod tests {
     fn only_a_fresh_entry_of_the_bucket_itself_counts() {
         let grouped = MoeKernels::default();
         let fresh = db(vec![entry(&DENSE, 4, Environment::sample_h200())]);
-        assert!(missing_in(&fresh, grouped, Mode::Exact { m: 3 }).is_empty());
+        assert!(missing_in(&fresh, grouped, Mode::Exact { m: 3 }).w4a16.is_empty());
         // The nearest bucket's entry would run at M = 16, but 16 is still worth tuning.
         assert_eq!(missing_in(&fresh, grouped, Mode::Exact { m: 16 }).w4a16, [(shape(&DENSE), vec![16])]);
         let fast = missing_in(&fresh, grouped, Mode::Fast);
         assert_eq!(fast.w4a16, [(shape(&DENSE), M_BUCKETS.iter().copied().filter(|&b| b != 4).collect())]);
         let stale = db(vec![entry(&DENSE, 4, Environment { driver: 12080, ..Environment::sample_h200() })]);
         assert_eq!(missing_in(&stale, grouped, Mode::Exact { m: 3 }).w4a16, [(shape(&DENSE), vec![4])]);
+    }
+
+    #[test]
+    fn dense_shapes_lack_the_m_their_plan_asks_for_and_odd_ones_are_left_to_cublas() {
+        let grouped = MoeKernels::default();
+        let empty = db(Vec::new());
+        assert_eq!(missing_in(&empty, grouped, Mode::Exact { m: 3 }).dense16, [(STREAMED, 3)]);
+        assert_eq!(missing_in(&empty, grouped, Mode::Fast).dense16, [(STREAMED, 1)]);
+        // Past the streamed family's rows, cuBLAS runs every dense shape: nothing to tune.
+        assert_eq!(missing_in(&empty, grouped, Mode::Exact { m: 129 }).dense16, []);
+        // An entry of M's own bucket counts, whichever won; a stale one does not.
+        let fresh = db(vec![dense_entry(STREAMED, 4, Environment::sample_h200())]);
+        assert!(missing_in(&fresh, grouped, Mode::Exact { m: 3 }).dense16.is_empty());
+        assert_eq!(missing_in(&fresh, grouped, Mode::Exact { m: 16 }).dense16, [(STREAMED, 16)]);
+        let stale = db(vec![dense_entry(STREAMED, 4, Environment { driver: 12080, ..Environment::sample_h200() })]);
+        assert_eq!(missing_in(&stale, grouped, Mode::Exact { m: 3 }).dense16, [(STREAMED, 3)]);
     }
 
     /// Wins every problem with the default variant; sleeps `pause` in each shape.
@@ -311,6 +432,44 @@ mod tests {
         }
     }
 
+    impl StartupTuner for FakeTuner {
+        fn tune_dense16(
+            &mut self,
+            db: &mut TuningDb,
+            _: Option<&Cache>,
+            request: &Dense16Request,
+            progress: &mut dyn FnMut(usize, usize),
+        ) -> kdtree_jit::tune::error::Result<Vec<Dense16Tuned>> {
+            let mut done = Vec::new();
+            for &s in request.shapes {
+                if request.deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+                std::thread::sleep(self.pause);
+                for &m in request.ms {
+                    let e = dense_entry(
+                        DenseShape { n: s.n as usize, k: s.k as usize, dtype: request.dtype },
+                        m,
+                        self.env.clone(),
+                    );
+                    let winner = (e.key.clone(), e.variant.clone());
+                    db.insert(e);
+                    done.push(Dense16Tuned {
+                        key: winner.0,
+                        variant: Some(winner.1),
+                        timing: Some(TIMING),
+                        cublas: Some(TIMING),
+                        cublas_padded: None,
+                        gbps: None,
+                        rejected: Vec::new(),
+                    });
+                    progress(done.len(), request.shapes.len() * request.ms.len());
+                }
+            }
+            Ok(done)
+        }
+    }
+
     fn fake(pause: Duration) -> impl FnOnce() -> kdtree_jit::tune::error::Result<FakeTuner> {
         move || Ok(FakeTuner { env: Environment::sample_h200(), pause })
     }
@@ -343,7 +502,7 @@ mod tests {
         assert!(missing_in(&tuning, moe, mode).is_empty());
         assert_eq!(TuningDb::open(&path).unwrap().entries, tuning.entries);
         assert!(
-            summary.to_string().starts_with("startup tuning: tuned 16, skipped 0 for the budget, in "),
+            summary.to_string().starts_with("startup tuning: tuned 17, skipped 0 for the budget, in "),
             "{summary}"
         );
     }
@@ -356,9 +515,10 @@ mod tests {
         let todo = missing_in(&tuning, MoeKernels::PerExpert, Mode::Exact { m: 1 });
         let budget = Duration::from_millis(200);
         let summary = tune(fake(2 * budget), &mut tuning, &path, None, &todo, budget, &mut |_| {}).unwrap().unwrap();
-        // The first shape was started in time and finished; the second was not started.
-        assert_eq!((summary.tuned, summary.skipped), (1, 1));
-        assert_eq!(missing_in(&tuning, MoeKernels::PerExpert, Mode::Exact { m: 1 }).len(), 1);
+        // The first shape was started in time and finished; the second and the dense one were not
+        // started.
+        assert_eq!((summary.tuned, summary.skipped), (1, 2));
+        assert_eq!(missing_in(&tuning, MoeKernels::PerExpert, Mode::Exact { m: 1 }).len(), 2);
         assert!(summary.seconds >= budget.as_secs_f64());
     }
 }

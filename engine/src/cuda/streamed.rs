@@ -16,37 +16,28 @@ use cudarc::driver::CudaSlice;
 use kdtree_jit::dense16::{Dense16, Dense16Buffers, Dense16Kernel};
 use kdtree_jit::tune::dense16::tuned_variant;
 use kdtree_jit::tune::key::Shape;
-use kdtree_quant::Dtype;
-use serde::Serialize;
 
 use super::CudaBackend;
 use super::select::Mode;
 use crate::error::{EngineError, Result};
+use crate::model::DenseShape;
 
 /// The most rows a forward may have and run on the streamed family; the most DDTree verifies.
 pub const MAX_STREAMED_ROWS: usize = 128;
 
-/// A dense weight's problem, as the tuning DB keys it (M aside).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct DenseShape {
-    pub n: usize,
-    pub k: usize,
-    pub dtype: Dtype,
-}
-
-impl std::fmt::Display for DenseShape {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}x{} {}", self.n, self.k, self.dtype)
+/// The M whose DB entry picks a shape's variant in `mode`: exact mode's own, where the family may
+/// run it; a decode step's in fast mode.
+pub fn planned_m(mode: Mode) -> Option<usize> {
+    match mode {
+        Mode::Exact { m } if m <= MAX_STREAMED_ROWS => Some(m),
+        Mode::Exact { .. } => None,
+        Mode::Fast => Some(1),
     }
 }
 
 /// The streamed variant for `shape` in `mode`, if the DB has one that beat cuBLAS at the M asked.
 pub fn choose(b: &CudaBackend, shape: DenseShape, mode: Mode) -> Option<Dense16> {
-    let m = match mode {
-        Mode::Exact { m } if m <= MAX_STREAMED_ROWS => m,
-        Mode::Exact { .. } => return None,
-        Mode::Fast => 1,
-    };
+    let m = planned_m(mode)?;
     let (n, k) = (u32::try_from(shape.n).ok()?, u32::try_from(shape.k).ok()?);
     let v = tuned_variant(&b.tuning.db, &b.tuning.env, b.gpu.arch, Shape { n, k }, shape.dtype, m as u32)?;
     v.unsupported(1, shape.n, shape.k).is_none().then_some(v)

@@ -26,11 +26,11 @@
 mod attention;
 mod checkpoint;
 mod config;
-mod int4_weights;
 pub(crate) mod json;
 mod layout;
 mod mlp;
 mod moe;
+mod planned_weights;
 mod probe;
 mod quant_config;
 mod rotary;
@@ -42,8 +42,8 @@ use std::sync::Arc;
 pub(crate) use checkpoint::Checkpoint;
 pub(crate) use config::check_rope;
 pub use config::{Config, Yarn};
-pub use int4_weights::{Int4Weight, int4_weights};
 pub use layout::{Layout, Skipped};
+pub use planned_weights::{DenseShape, Int4Weight, dense16_weights, int4_weights};
 pub use quant_config::QuantConfig;
 pub use rotary::{inv_freq, softmax_scale, yarn_inv_freq, yarn_mscale};
 

@@ -8,10 +8,10 @@ use kdtree_engine::cuda::{CudaBackend, CudaOptions, Mode, MoeKernels, Source, mi
 use kdtree_engine::model::int4_weights;
 use kdtree_engine::tiny::{Sharding, TinySpec, write_tiny_model};
 use kdtree_engine::{Model, greedy_generate};
-use kdtree_jit::Arch;
 use kdtree_jit::tune::db::TuningDb;
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::tune::key::{KIMI_K2, KIMI_K2_EXPERTS, Shape};
+use kdtree_jit::{Arch, Variant};
 
 /// Kimi K2's routed experts (hidden 7168, expert intermediate 2048, group 32, bf16 scales) in a
 /// model whose other weights are tiny, so it is written in a moment.
@@ -41,7 +41,7 @@ fn the_kimi_k2_presets_hold_the_shapes_the_engine_plans_for_k2s_experts() {
     let weights = int4_weights(dir.path()).unwrap();
     let env = Environment::sample_h200();
     let empty = TuningDb::default();
-    let planned = missing(&weights, MoeKernels::PerExpert, Mode::Exact { m: 1 }, &empty, &env, Arch(90));
+    let planned = missing(&weights, &[], MoeKernels::PerExpert, Mode::Exact { m: 1 }, &empty, &env, Arch(90));
     let shapes: BTreeSet<Shape> = planned.w4a16.iter().map(|(s, _)| Shape { n: s.n as u32, k: s.k as u32 }).collect();
     // Gate and up run as one stacked [2 x 2048, 7168] weight, then down: not two 2048-row GEMMs.
     assert_eq!(shapes, KIMI_K2_EXPERTS.shapes.iter().copied().collect());
@@ -50,7 +50,7 @@ fn the_kimi_k2_presets_hold_the_shapes_the_engine_plans_for_k2s_experts() {
         assert_eq!((s.group_size as u32, s.dtype), (KIMI_K2_EXPERTS.group_size, KIMI_K2_EXPERTS.dtype));
     }
     // The grouped MoE path (the default) runs none of them through per-shape plans.
-    assert!(missing(&weights, MoeKernels::default(), Mode::Fast, &empty, &env, Arch(90)).is_empty());
+    assert!(missing(&weights, &[], MoeKernels::default(), Mode::Fast, &empty, &env, Arch(90)).is_empty());
 }
 
 #[test]
@@ -65,18 +65,36 @@ fn an_empty_db_gains_the_models_shapes_at_startup_and_the_load_runs_them() {
     let options =
         CudaOptions { tuning_db: db_path.clone(), moe: MoeKernels::PerExpert, ..crate::gpu_common::options() };
     let mut cuda = CudaBackend::open(&options).unwrap();
-    let summary = cuda.tune_at_startup(model.path(), Duration::from_secs(120), &mut |_| {}).unwrap().unwrap();
-    assert_eq!((summary.tuned, summary.skipped, summary.failed), (2, 0, 0), "{summary}");
+    let summary = cuda.tune_at_startup(model.path(), None, Duration::from_secs(120), &mut |_| {}).unwrap().unwrap();
+    // The two INT4 expert shapes, then the five dense bf16 ones: [q_a; kv_a], q_b, o_proj, the
+    // MLPs' [gate; up] (= the head's 256 x 128) and down.
+    assert_eq!((summary.tuned, summary.skipped, summary.failed), (7, 0, 0), "{summary}");
     let saved = TuningDb::open(&db_path).unwrap();
-    let tuned: BTreeSet<(u32, u32, u32)> = saved.entries.iter().map(|e| (e.key.n, e.key.k, e.key.m_bucket)).collect();
-    assert_eq!(tuned, BTreeSet::from([(256, 128, 1), (128, 128, 1)]));
+    let of_op = |op: &str| -> BTreeSet<(u32, u32, u32)> {
+        saved.entries.iter().filter(|e| e.key.op == op).map(|e| (e.key.n, e.key.k, e.key.m_bucket)).collect()
+    };
+    assert_eq!(of_op("w4a16"), BTreeSet::from([(256, 128, 1), (128, 128, 1)]));
+    let dense = BTreeSet::from([(80, 128, 1), (128, 32, 1), (128, 64, 1), (256, 128, 1), (128, 128, 1)]);
+    assert_eq!(of_op("dense16"), dense);
     // Nothing is left to tune, and the load plans every shape from the new entries.
-    assert!(cuda.tune_at_startup(model.path(), Duration::from_secs(120), &mut |_| {}).unwrap().is_none());
+    assert!(cuda.tune_at_startup(model.path(), None, Duration::from_secs(120), &mut |_| {}).unwrap().is_none());
     let model = Model::load_on(model.path(), std::sync::Arc::new(cuda)).unwrap();
     let plans = model.backend().plans();
     assert_eq!(plans.len(), 2);
     for (shape, plan) in plans {
         assert_eq!(plan.general.source, Source::Tuned { bucket: 1, nearest: false }, "{shape}");
+    }
+    // Each dense shape runs the streamed winner where it beat cuBLAS, cuBLAS elsewhere.
+    let streamed = model.backend().streamed_plans();
+    assert_eq!(streamed.iter().map(|(s, _)| (s.n as u32, s.k as u32, 1)).collect::<BTreeSet<_>>(), dense);
+    for (shape, variant) in streamed {
+        let e = saved
+            .entries
+            .iter()
+            .find(|e| e.key.op == "dense16" && (e.key.n, e.key.k) == (shape.n as u32, shape.k as u32));
+        let e = e.expect("an entry for every dense shape");
+        let won = e.timing.median_us < e.peers.cublas_bf16.expect("cuBLAS timed beside").median_us;
+        assert_eq!(variant.map(|v| v.name()), won.then(|| e.variant.clone()), "{shape}");
     }
     assert_eq!(greedy_generate(&model, &[1, 2, 3], 4, &[]).unwrap().len(), 4);
 }

@@ -9,7 +9,7 @@ use kdtree_quant::Dtype;
 
 use kdtree_jit::mla::{MlaKv, MlaShape};
 use kdtree_jit::tune::db::{self, TuningDb};
-use kdtree_jit::tune::dense16::{self, tune_dense16};
+use kdtree_jit::tune::dense16::{self, Dense16Request, tune_dense16};
 use kdtree_jit::tune::flush::FlushMode;
 use kdtree_jit::tune::key::{self, M_BUCKETS, MoePreset, RoutingDist, Shape};
 use kdtree_jit::tune::mla::{self, tune_mla};
@@ -324,8 +324,8 @@ fn run_dense16(args: &TuneArgs, nvrtc: Option<&Path>) -> anyhow::Result<()> {
     let mut session = Session::open(&gpu, args.out.flush)?;
     let (db_path, mut db, cache) = open_stores(&args.out)?;
     let mut progress: Option<ProgressBar> = None;
-    let problems = (&dense16::KIMI_K2_BF16[..], &args.m[..], args.dtype);
-    let tuned = tune_dense16(&mut session, &mut db, Some(&cache), problems, &mut |done, total| {
+    let request = Dense16Request { shapes: &dense16::KIMI_K2_BF16, ms: &args.m, dtype: args.dtype, deadline: None };
+    let tuned = tune_dense16(&mut session, &mut db, Some(&cache), &request, &mut |done, total| {
         progress.get_or_insert_with(|| bar(total as u64, "tune")).set_position(done as u64)
     })?;
     progress.inspect(ProgressBar::finish_and_clear);

@@ -8,6 +8,7 @@
 //! records the cuBLAS time: the engine uses the variant only where it is the faster.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use cudarc::driver::CudaSlice;
 use kdtree_quant::Dtype;
@@ -15,7 +16,7 @@ use kdtree_quant::sample::symmetric;
 use serde::Serialize;
 
 use super::bench::{BenchConfig, Timing, measure};
-use super::db::{Entry, TuningDb};
+use super::db::{Entry, Match, TuningDb};
 use super::env::Environment;
 use super::error::Result;
 use super::flush::Flusher;
@@ -60,6 +61,19 @@ pub const PADDED_ROWS: usize = 128;
 /// The rows of the variants worth timing at `m`: its bucket within the space's 8..=32.
 pub fn rows_for(m: u32) -> u32 {
     m_bucket(m).clamp(8, 32)
+}
+
+/// The variants of `valid` worth timing on `m` rows of `shape`: rows of [`rows_for`], and able to
+/// compute the shape.
+pub fn candidates(valid: &[Dense16], shape: Shape, m: u32) -> impl Iterator<Item = Dense16> + '_ {
+    let (rows, n, k) = (rows_for(m), shape.n as usize, shape.k as usize);
+    let fits = move |v: &&Dense16| v.rows == rows && v.unsupported((m as usize).min(rows as usize), n, k).is_none();
+    valid.iter().filter(fits).copied()
+}
+
+/// Whether any variant on `arch` can be tuned for `m` rows of `shape` ([`candidates`]).
+pub fn can_tune(arch: Arch, shape: Shape, dtype: Dtype, m: u32) -> bool {
+    candidates(&Dense16::valid_on(arch, dtype), shape, m).next().is_some()
 }
 
 /// One (shape, M) tuned: the winner beside cuBLAS.
@@ -196,15 +210,27 @@ fn time_cublas(session: &mut Session, data: &mut ShapeData, m: usize, dtype: Dty
     Ok(Some(t))
 }
 
-/// Tunes every shape of `shapes` at every M of `ms` (in 1..=1024) and saves each winner in `db` (not
-/// to disk). `progress` gets (done, total) of the (shape, M) pairs.
+/// What [`tune_dense16`] tunes: every shape at every M of `ms` (in 1..=1024), of one dtype.
+#[derive(Clone, Debug)]
+pub struct Dense16Request<'a> {
+    pub shapes: &'a [Shape],
+    pub ms: &'a [u32],
+    pub dtype: Dtype,
+    /// No shape starts after it; one started is finished.
+    pub deadline: Option<Instant>,
+}
+
+/// Tunes `request` and saves each winner in `db` (not to disk); returns the (shape, M) pairs it
+/// tuned, in order (those a deadline leaves out are absent). `progress` gets (done, total) of the
+/// pairs.
 pub fn tune_dense16(
     session: &mut Session,
     db: &mut TuningDb,
     cache: Option<&Cache>,
-    (shapes, ms, dtype): (&[Shape], &[u32], Dtype),
+    request: &Dense16Request,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<Dense16Tuned>> {
+    let Dense16Request { shapes, ms, dtype, deadline } = *request;
     let arch = session.gpu.arch;
     let valid = Dense16::valid_on(arch, dtype);
     let kernels = session.compile_with(&valid, |_| arch, db, cache, false, |_| {}, Dense16Kernel::load)?;
@@ -212,17 +238,15 @@ pub fn tune_dense16(
     let total = shapes.len() * ms.len();
     let mut out = Vec::new();
     for &shape in shapes {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
         let most_ws = valid.iter().map(|v| v.workspace_len(m_max.min(v.rows as usize), shape.n as usize)).max();
         let mut data = shape_data(session, shape, m_max, dtype, most_ws.unwrap_or(1))?;
         for &m in ms {
             let mu = m as usize;
-            let rows = rows_for(m);
-            let candidates: Vec<Dense16> = valid
-                .iter()
-                .filter(|v| v.rows == rows && kernels.contains_key(&v.name()))
-                .filter(|v| v.unsupported(mu.min(rows as usize), shape.n as usize, shape.k as usize).is_none())
-                .copied()
-                .collect();
+            let candidates: Vec<Dense16> =
+                candidates(&valid, shape, m).filter(|v| kernels.contains_key(&v.name())).collect();
             let reference = data.reference[..mu * shape.n as usize].to_vec();
             let cublas = time_cublas(session, &mut data, mu, dtype)?;
             let cublas_padded = time_cublas(session, &mut data, PADDED_ROWS, dtype)?;
@@ -261,6 +285,13 @@ pub fn tune_dense16(
         }
     }
     Ok(out)
+}
+
+/// Whether the DB holds a fresh entry of `m`'s own bucket for `shape` on this environment, whichever
+/// won (another bucket's entry would run, but `m` is still worth tuning).
+pub fn is_tuned(db: &TuningDb, env: &Environment, arch: Arch, shape: Shape, dtype: Dtype, m: u32) -> bool {
+    let hit = db.lookup(&key(m, shape, dtype, arch), env, |_| true).hit;
+    hit.is_some_and(|h| matches!(h.matched, Match::Exact))
 }
 
 /// The variant the DB holds for `m` rows of `shape` on this environment when it beat cuBLAS there
@@ -323,6 +354,17 @@ mod tests {
             _ => i,
         };
         assert!(gate::pass(&run(&|i| i, &swapped), &want, TOLERANCE).is_err());
+    }
+
+    #[test]
+    fn candidates_are_the_rows_of_m_that_compute_the_shape() {
+        let valid = Dense16::valid_on(Arch(90), Dtype::Bf16);
+        let k2: Vec<Dense16> = candidates(&valid, Shape { n: 2112, k: 7168 }, 3).collect();
+        assert!(!k2.is_empty() && k2.iter().all(|v| v.rows == 8 && v.dtype == Dtype::Bf16));
+        assert!(candidates(&valid, Shape { n: 2112, k: 7168 }, 100).all(|v| v.rows == 32));
+        // K must be a multiple of 32.
+        assert!(!can_tune(Arch(90), Shape { n: 64, k: 48 }, Dtype::Bf16, 1));
+        assert!(can_tune(Arch(90), Shape { n: 64, k: 64 }, Dtype::F16, 1));
     }
 
     #[test]
