@@ -74,8 +74,9 @@ pub struct BackendArgs {
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
     /// Seconds to spend at startup tuning what this model runs that the tuning DB has no fresh entry
-    /// for: the W4A16 problems (shape, M bucket), then the dense bf16/f16 linears on the streamed
-    /// family (against cuBLAS, at the M the plan asks for); the results are saved to the DB, so the
+    /// for: the W4A16 problems (shape, M bucket), the grouped MoE step of INT4 routed experts
+    /// (unless --grouped-variant is given), then the dense bf16/f16 linears on the streamed family
+    /// (against cuBLAS, at the M the plan asks for); the results are saved to the DB, so the
     /// budget is spent only on what it lacks, once. A problem started within the budget is
     /// finished. 0: no tuning, the DB's entries, the default variant and cuBLAS for the rest.
     /// Ignored on the CPU.

@@ -18,6 +18,8 @@
 
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use kdtree_jit::cublas::Compute;
+use kdtree_jit::tune::key::{MoeShape, RoutingDist, Shape, T_BUCKETS};
+use kdtree_jit::tune::moe::best_grouped;
 use kdtree_jit::w4a16::grouped::{
     DeviceRows, Epilogue, GroupedBuffers, GroupedKernel, GroupedShape, W4a16Grouped, interleave_gate_up,
 };
@@ -30,8 +32,10 @@ use super::CudaBackend;
 use super::gemm::GemmInput;
 use super::linear::{self, CudaLinear};
 use super::ops;
+use super::select::Mode;
 use super::tensor::CudaTensor;
 use crate::error::{EngineError, Result};
+use crate::model::Int4Experts;
 use crate::registry::Routing;
 use crate::registry::{HostExperts, HostLinear};
 
@@ -116,12 +120,44 @@ impl CudaExperts {
     }
 }
 
+/// The tuning DB's problem for MoE layers of `experts` as the grouped variant is looked up: uniform
+/// routing, at exact mode's tokens (fast mode: the largest bucket, as for the GEMMs' variant of
+/// every M); `None` when a size does not fit a key (no entry then).
+pub(super) fn moe_problem(experts: &Int4Experts, mode: Mode) -> Option<(MoeShape, (u32, Dtype), u32)> {
+    let dim = |v: usize| u32::try_from(v).ok();
+    let Int4Experts { gate_up, down, group_size, dtype, experts, top_k } = *experts;
+    let layer = MoeShape {
+        gate_up: Shape { n: dim(gate_up.0)?, k: dim(gate_up.1)? },
+        down: Shape { n: dim(down.0)?, k: dim(down.1)? },
+        experts: dim(experts)?,
+        top_k: dim(top_k)?,
+        routing: RoutingDist::Uniform,
+    };
+    let tokens = match mode {
+        Mode::Exact { m } => dim(m).unwrap_or(u32::MAX),
+        Mode::Fast => *T_BUCKETS.last().expect("buckets"),
+    };
+    Some((layer, (dim(group_size)?, dtype), tokens))
+}
+
+/// Why the grouped kernels cannot run `experts` experts a layer with `dtype` scales, if they cannot.
+pub(super) fn grouped_limits(experts: usize, dtype: Dtype) -> std::result::Result<(), String> {
+    if experts > MAX_EXPERTS {
+        return Err(format!("{experts} experts, the alignment takes at most {MAX_EXPERTS}"));
+    }
+    if dtype != Dtype::Bf16 {
+        return Err("f16 scales: the CUDA SiLU and scatter kernels take bf16".into());
+    }
+    Ok(())
+}
+
 /// The grouped variant for these experts, or why there is none: every expert INT4, gate-up and down
 /// each of one shape, group size and scale dtype, bf16 activations (the SiLU and scatter kernels'),
 /// gate-up `[2 * inter, hidden]` and down `[hidden, inter]`.
 ///
 /// The variant is `--grouped-variant`'s if given, else the tuning DB's for this layer
-/// (`kdtree-jit tune --preset kimi-k2-moe`, uniform routing) at the T bucket of exact mode's tokens
+/// (`kdtree-jit tune --preset kimi-k2-moe`, or tuning at startup; uniform routing) at the T bucket
+/// of exact mode's tokens
 /// (fast mode: the largest bucket, as for the GEMMs' variant of every M), else
 /// [`W4a16Grouped::default_for`] the weights' dtype and group on this GPU. One variant serves every
 /// T, so the outputs stay batch-invariant.
@@ -139,18 +175,14 @@ fn grouped_variant(b: &CudaBackend, e: &HostExperts, hidden: usize) -> std::resu
     else {
         return Err("the experts are dense (the grouped kernel is W4A16 only)".into());
     };
-    if e.experts.len() > MAX_EXPERTS {
-        return Err(format!("{} experts, the alignment takes at most {MAX_EXPERTS}", e.experts.len()));
-    }
     for (i, (gu, d)) in e.experts.iter().enumerate() {
         if quantized(gu) != Some(first_gu) || quantized(d) != Some(first_down) {
             return Err(format!("expert {i}'s weights differ in kind, shape, group or dtype from expert 0's"));
         }
     }
     let ((n_gu, k_gu, g, dtype), (n_d, k_d, g_d, dtype_d)) = (first_gu, first_down);
-    if dtype != Dtype::Bf16 || dtype_d != Dtype::Bf16 {
-        return Err("f16 scales: the CUDA SiLU and scatter kernels take bf16".into());
-    }
+    grouped_limits(e.experts.len(), dtype)?;
+    grouped_limits(e.experts.len(), dtype_d)?;
     if g != g_d {
         return Err(format!("gate-up has group size {g}, down {g_d}"));
     }
@@ -159,23 +191,17 @@ fn grouped_variant(b: &CudaBackend, e: &HostExperts, hidden: usize) -> std::resu
     }
     let group = u32::try_from(g).map_err(|_| format!("group size {g}"))?;
     let target = Target { arch: b.gpu().arch };
-    // A layer whose sizes do not fit a tuning key has no entry.
+    let planned = Int4Experts {
+        gate_up: (n_gu, k_gu),
+        down: (n_d, k_d),
+        group_size: g,
+        dtype,
+        experts: e.experts.len(),
+        top_k: e.routing.top_k,
+    };
     let tuned = || {
-        use kdtree_jit::tune::key::{MoeShape, RoutingDist, Shape, T_BUCKETS};
-        let dim = |v: usize| u32::try_from(v).ok();
-        let layer = MoeShape {
-            gate_up: Shape { n: dim(n_gu)?, k: dim(k_gu)? },
-            down: Shape { n: dim(n_d)?, k: dim(k_d)? },
-            experts: dim(e.experts.len())?,
-            top_k: dim(e.routing.top_k)?,
-            routing: RoutingDist::Uniform,
-        };
-        let tokens = match b.tuning.mode {
-            super::Mode::Exact { m } => dim(m).unwrap_or(u32::MAX),
-            super::Mode::Fast => *T_BUCKETS.last().expect("buckets"),
-        };
-        let found =
-            kdtree_jit::tune::moe::best_grouped(&b.tuning.db, &b.tuning.env, &target, &layer, (group, dtype), tokens);
+        let (layer, group_dtype, tokens) = moe_problem(&planned, b.tuning.mode)?;
+        let found = best_grouped(&b.tuning.db, &b.tuning.env, &target, &layer, group_dtype, tokens);
         found.map(|(v, _)| v)
     };
     let v = chosen.or_else(tuned).unwrap_or_else(|| W4a16Grouped::default_for(dtype, group, &target));

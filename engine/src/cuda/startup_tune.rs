@@ -2,33 +2,36 @@
 //! will run that the tuning DB has no fresh entry for are tuned through kdtree-jit's tuner
 //! ([`run::tune`]) within a time budget and saved to the DB, so the load plans them from it.
 //!
-//! Two kinds of problem, one field of [`Missing`] each, tuned in this order under one deadline:
+//! Three kinds of problem, one field of [`Missing`] each, tuned in this order under one deadline:
 //! per-shape W4A16 GEMMs (the model's INT4 weights outside the grouped routed experts, the experts
-//! too when they run one chain per expert), then the dense 16-bit linears of a few rows on the
-//! streamed family ([`streamed`](super::streamed)) at the M its plan asks the DB for. The grouped
-//! MoE kernel would be a third.
+//! too when they run one chain per expert); the grouped MoE step of the routed experts, at the
+//! tokens its lookup asks for ([`moe_problem`]); the dense 16-bit linears of a few rows on the
+//! streamed family ([`streamed`](super::streamed)) at the M its plan asks for.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kdtree_jit::Arch;
-use kdtree_jit::Cache;
-use kdtree_jit::tune::db::TuningDb;
+use kdtree_jit::tune::db::{Match, TuningDb};
 use kdtree_jit::tune::dense16::{self, Dense16Request, Dense16Tuned};
 use kdtree_jit::tune::env::Environment;
 use kdtree_jit::tune::flush::FlushMode;
-use kdtree_jit::tune::key::{M_BUCKETS, Shape, m_bucket};
-use kdtree_jit::tune::run::{self, Progress, TuneRequest, Tuner};
+use kdtree_jit::tune::key::{M_BUCKETS, MoeShape, Shape, m_bucket};
+use kdtree_jit::tune::moe::best_grouped;
+use kdtree_jit::tune::moe_gpu::MoeSession;
+use kdtree_jit::tune::run::{self, Progress, TuneOutcome, TuneRequest, Tuner};
 use kdtree_jit::tune::search::SearchConfig;
 use kdtree_jit::tune::session::Session;
 use kdtree_jit::w4a16::dense::DenseVariant;
+use kdtree_jit::{Arch, Cache, Target};
+use kdtree_quant::Dtype;
 
+use super::moe::{self, moe_problem};
 use super::select::{Mode, Plan, Source, WeightShape, plan};
 use super::streamed::planned_m;
 use super::{CudaBackend, MoeKernels};
 use crate::error::{EngineError, Result};
-use crate::model::{DenseShape, Int4Weight, dense16_weights, int4_weights};
+use crate::model::{DenseShape, PlannedWeights};
 use crate::registry::ComputeDtype;
 
 /// What the model runs that the DB lacks, by kind of kernel.
@@ -36,14 +39,24 @@ use crate::registry::ComputeDtype;
 pub struct Missing {
     /// W4A16 weight shapes, each with the M buckets it lacks.
     pub w4a16: Vec<(WeightShape, Vec<u32>)>,
+    /// The grouped MoE step of the routed experts (uniform routing), at the tokens it lacks.
+    pub moe: Vec<(MoeProblem, u32)>,
     /// Dense 16-bit weight shapes the streamed family has no entry for at the M they are planned at.
     pub dense16: Vec<(DenseShape, u32)>,
+}
+
+/// A grouped MoE step as the tuning DB keys it (tokens aside).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeProblem {
+    pub layer: MoeShape,
+    pub group_size: u32,
+    pub dtype: Dtype,
 }
 
 impl Missing {
     /// How many (problem, M bucket) pairs.
     pub fn len(&self) -> usize {
-        self.w4a16.iter().map(|(_, buckets)| buckets.len()).sum::<usize>() + self.dense16.len()
+        self.w4a16.iter().map(|(_, buckets)| buckets.len()).sum::<usize>() + self.moe.len() + self.dense16.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -72,14 +85,14 @@ impl std::fmt::Display for TuneSummary {
     }
 }
 
-/// The (shape, M bucket) pairs of `weights` that the backend will plan but `db` has no fresh entry
-/// of their own for (none, a stale one, or only another bucket's), read as [`plan`] reads the DB.
-/// The buckets are those `mode` plans: exact mode's one bucket of `m`, or every bucket in fast mode.
-/// With grouped MoE, routed experts are left out: they do not run per-shape kernels. The `dense`
-/// shapes lack the M their plan asks for ([`planned_m`]; none past the streamed family's rows).
+/// What of `planned` the backend will run that `db` has no fresh entry of its own for (none, a
+/// stale one, or only another bucket's), read as the load reads the DB: the W4A16 (shape, M bucket)
+/// pairs [`plan`] plans (exact mode's one bucket of `m`, or every bucket in fast mode; with grouped
+/// MoE, routed experts are left out: they do not run per-shape kernels), the grouped MoE step
+/// unless a variant is given, and the dense shapes at the M their plan asks for ([`planned_m`];
+/// none past the streamed family's rows).
 pub fn missing(
-    weights: &[Int4Weight],
-    dense: &[DenseShape],
+    planned: &PlannedWeights,
     moe: MoeKernels,
     mode: Mode,
     db: &TuningDb,
@@ -90,7 +103,7 @@ pub fn missing(
         Mode::Exact { m } => vec![m_bucket(u32::try_from(m).unwrap_or(u32::MAX))],
         Mode::Fast => M_BUCKETS.to_vec(),
     };
-    let per_shape = weights.iter().filter(|w| !w.routed_expert || moe == MoeKernels::PerExpert);
+    let per_shape = planned.int4.iter().filter(|w| !w.routed_expert || moe == MoeKernels::PerExpert);
     let mut shapes: Vec<WeightShape> =
         per_shape.map(|w| WeightShape { n: w.n, k: w.k, group_size: w.group_size, dtype: w.dtype }).collect();
     shapes.sort();
@@ -114,11 +127,19 @@ pub fn missing(
                 }
                 _ => false,
             };
-            dense.iter().filter(lacks).map(|&s| (s, m)).collect()
+            planned.dense16.iter().filter(lacks).map(|&s| (s, m)).collect()
         }
         None => Vec::new(),
     };
-    Missing { w4a16, dense16 }
+    let grouped =
+        planned.experts.filter(|e| moe == MoeKernels::Grouped(None) && moe::grouped_limits(e.experts, e.dtype).is_ok());
+    let moe = grouped.and_then(|e| moe_problem(&e, mode)).and_then(|(layer, (group_size, dtype), tokens)| {
+        let tokens = m_bucket(tokens);
+        let found = best_grouped(db, env, &Target { arch }, &layer, (group_size, dtype), tokens);
+        let own = found.is_some_and(|(_, matched)| matches!(matched, Match::Exact));
+        (!own).then_some((MoeProblem { layer, group_size, dtype }, tokens))
+    });
+    Missing { w4a16, moe: moe.into_iter().collect(), dense16 }
 }
 
 /// The buckets whose own DB entry `plan` runs.
@@ -131,14 +152,25 @@ fn own_buckets(plan: &Plan) -> Vec<u32> {
 
 /// What tuning at startup tells as it goes.
 pub enum StartupProgress<'a> {
-    /// The W4A16 problems, as [`run::tune`] tells them.
+    /// The W4A16 problems and the grouped MoE step, as [`run::tune`] tells them.
     W4a16(Progress<'a>),
     /// The streamed family: `done` of `total` dense (shape, M) pairs tuned.
     Dense16 { done: usize, total: usize },
 }
 
-/// What tuning at startup runs on: W4A16's [`Tuner`], and the streamed 16-bit family's tuner.
+/// What tuning at startup runs on: W4A16's [`Tuner`], the grouped MoE step's and the streamed
+/// 16-bit family's tuners.
 pub trait StartupTuner: Tuner<Variant = DenseVariant> {
+    /// [`run::tune`] of grouped MoE steps, saving to `db_path` as it goes.
+    fn tune_moe(
+        &mut self,
+        db: &mut TuningDb,
+        db_path: &Path,
+        cache: Option<&Cache>,
+        request: &TuneRequest<MoeShape>,
+        progress: &mut (dyn FnMut(Progress<'_>) + Send),
+    ) -> kdtree_jit::tune::error::Result<TuneOutcome<MoeShape>>;
+
     /// [`dense16::tune_dense16`] of `request`, into `db` (not to disk).
     fn tune_dense16(
         &mut self,
@@ -150,6 +182,17 @@ pub trait StartupTuner: Tuner<Variant = DenseVariant> {
 }
 
 impl StartupTuner for Session<'_> {
+    fn tune_moe(
+        &mut self,
+        db: &mut TuningDb,
+        db_path: &Path,
+        cache: Option<&Cache>,
+        request: &TuneRequest<MoeShape>,
+        progress: &mut (dyn FnMut(Progress<'_>) + Send),
+    ) -> kdtree_jit::tune::error::Result<TuneOutcome<MoeShape>> {
+        run::tune(&mut MoeSession(self), db, db_path, cache, request, progress)
+    }
+
     fn tune_dense16(
         &mut self,
         db: &mut TuningDb,
@@ -210,6 +253,21 @@ fn tune<T: StartupTuner>(
         summary.failed += outcome.failed.len();
         summary.skipped += outcome.skipped.len();
     }
+    // The grouped MoE step: a request per layer kind (one for a model whose MoE layers are alike).
+    for &(MoeProblem { layer, group_size, dtype }, tokens) in &missing.moe {
+        let request = TuneRequest {
+            problems: vec![(layer, tokens)],
+            group_size,
+            dtype,
+            retry_failed: false,
+            deadline: Some(deadline),
+            search: SearchConfig::default(),
+        };
+        let outcome = tuner.tune_moe(db, db_path, cache, &request, &mut |p| progress(StartupProgress::W4a16(p)))?;
+        summary.tuned += outcome.entries.len();
+        summary.failed += outcome.failed.len();
+        summary.skipped += outcome.skipped.len();
+    }
     // The streamed family: one request per dtype and M (exact mode plans one M, fast mode M = 1).
     let mut dense: BTreeMap<_, Vec<Shape>> = BTreeMap::new();
     for (s, m) in &missing.dense16 {
@@ -245,9 +303,9 @@ impl CudaBackend {
         budget: Duration,
         progress: &mut (dyn FnMut(StartupProgress<'_>) + Send),
     ) -> Result<Option<TuneSummary>> {
-        let (weights, dense) = (int4_weights(dir)?, dense16_weights(dir, dtype)?);
+        let planned = PlannedWeights::read(dir, dtype)?;
         let (tuning, arch) = (&self.tuning, self.gpu.arch);
-        let missing = missing(&weights, &dense, self.weights.moe, tuning.mode, &tuning.db, &tuning.env, arch);
+        let missing = missing(&planned, self.weights.moe, tuning.mode, &tuning.db, &tuning.env, arch);
         let gpu = &self.gpu;
         let open = || Session::open(gpu, FlushMode::Read);
         tune(open, &mut self.tuning.db, &self.tuning.db_path, self.tuning.cubins.as_ref(), &missing, budget, progress)
@@ -265,10 +323,11 @@ mod tests {
     use kdtree_jit::tune::key::ProblemKey;
     use kdtree_jit::tune::peers::Peers;
     use kdtree_jit::tune::session::{AtM, Tuned};
-    use kdtree_quant::Dtype;
+    use kdtree_jit::w4a16::grouped::W4a16Grouped;
 
     use super::*;
     use crate::cuda::default_variant;
+    use crate::model::{Int4Experts, Int4Weight};
 
     const ARCH: Arch = Arch(90);
     /// A weight outside the experts (an INT4 attention or dense projection) and a routed expert's.
@@ -325,8 +384,40 @@ mod tests {
         }
     }
 
+    /// K2's routed experts: 384 of them, top-8, INT4 g32 with bf16 scales.
+    const EXPERTS: Int4Experts = Int4Experts {
+        gate_up: (4096, 7168),
+        down: (7168, 2048),
+        group_size: 32,
+        dtype: Dtype::Bf16,
+        experts: 384,
+        top_k: 8,
+    };
+
+    fn planned() -> PlannedWeights {
+        PlannedWeights { int4: vec![DENSE, EXPERT], dense16: vec![STREAMED, ODD], experts: Some(EXPERTS) }
+    }
+
     fn missing_in(db: &TuningDb, moe: MoeKernels, mode: Mode) -> Missing {
-        missing(&[DENSE, EXPERT], &[STREAMED, ODD], moe, mode, db, &Environment::sample_h200(), ARCH)
+        missing(&planned(), moe, mode, db, &Environment::sample_h200(), ARCH)
+    }
+
+    /// The grouped default's entry of the K2 layer at `tokens`, measured in `env`.
+    fn moe_entry(tokens: u32, env: Environment) -> Entry {
+        let (layer, (group, dtype), _) = moe_problem(&EXPERTS, Mode::Fast).unwrap();
+        Entry {
+            key: ProblemKey::moe(tokens, &layer, group, dtype, ARCH),
+            env,
+            variant: W4a16Grouped::default_for(dtype, group, &Target { arch: ARCH }).name(),
+            m: tokens,
+            timing: TIMING,
+            error: 0.0,
+            peers: Peers { cublas_bf16: Some(TIMING), cublas_f16: None, copy_gbps: 4000.0 },
+            bytes: 1,
+            timed: 1,
+            rejected: Vec::new(),
+            tuned_at_unix: 0,
+        }
     }
 
     #[test]
@@ -352,6 +443,29 @@ mod tests {
         assert_eq!(fast.w4a16, [(shape(&DENSE), M_BUCKETS.iter().copied().filter(|&b| b != 4).collect())]);
         let stale = db(vec![entry(&DENSE, 4, Environment { driver: 12080, ..Environment::sample_h200() })]);
         assert_eq!(missing_in(&stale, grouped, Mode::Exact { m: 3 }).w4a16, [(shape(&DENSE), vec![4])]);
+    }
+
+    #[test]
+    fn the_grouped_step_lacks_the_tokens_its_lookup_asks_for_unless_a_variant_is_given() {
+        let grouped = MoeKernels::default();
+        let empty = db(Vec::new());
+        let (layer, (group_size, dtype), _) = moe_problem(&EXPERTS, Mode::Fast).unwrap();
+        let k2 = MoeProblem { layer, group_size, dtype };
+        assert_eq!(missing_in(&empty, grouped, Mode::Exact { m: 3 }).moe, [(k2, 4)]);
+        assert_eq!(missing_in(&empty, grouped, Mode::Fast).moe, [(k2, 256)]);
+        // A variant given, or one chain per expert: no grouped step to tune.
+        let given = MoeKernels::Grouped(Some(W4a16Grouped::default_for(dtype, group_size, &Target { arch: ARCH })));
+        assert_eq!(missing_in(&empty, given, Mode::Fast).moe, []);
+        assert_eq!(missing_in(&empty, MoeKernels::PerExpert, Mode::Fast).moe, []);
+        // The bucket's own fresh entry counts; another bucket's or a stale one does not.
+        let fresh = db(vec![moe_entry(4, Environment::sample_h200())]);
+        assert_eq!(missing_in(&fresh, grouped, Mode::Exact { m: 3 }).moe, []);
+        assert_eq!(missing_in(&fresh, grouped, Mode::Exact { m: 8 }).moe, [(k2, 8)]);
+        let stale = db(vec![moe_entry(4, Environment { driver: 12080, ..Environment::sample_h200() })]);
+        assert_eq!(missing_in(&stale, grouped, Mode::Exact { m: 3 }).moe, [(k2, 4)]);
+        // Past the grouped kernel's limits the experts run per expert.
+        let many = PlannedWeights { experts: Some(Int4Experts { experts: 100_000, ..EXPERTS }), ..planned() };
+        assert_eq!(missing(&many, grouped, Mode::Fast, &empty, &Environment::sample_h200(), ARCH).moe, []);
     }
 
     #[test]
@@ -433,6 +547,29 @@ mod tests {
     }
 
     impl StartupTuner for FakeTuner {
+        fn tune_moe(
+            &mut self,
+            db: &mut TuningDb,
+            db_path: &Path,
+            _: Option<&Cache>,
+            request: &TuneRequest<MoeShape>,
+            _: &mut (dyn FnMut(Progress<'_>) + Send),
+        ) -> kdtree_jit::tune::error::Result<TuneOutcome<MoeShape>> {
+            let mut outcome = TuneOutcome::default();
+            for &(layer, tokens) in &request.problems {
+                if request.deadline.is_some_and(|d| Instant::now() >= d) {
+                    outcome.skipped.push((layer, tokens));
+                    continue;
+                }
+                std::thread::sleep(self.pause);
+                let e = moe_entry(tokens, self.env.clone());
+                db.insert(e.clone());
+                outcome.entries.push(e);
+            }
+            db.save(db_path)?;
+            Ok(outcome)
+        }
+
         fn tune_dense16(
             &mut self,
             db: &mut TuningDb,
@@ -519,6 +656,12 @@ mod tests {
         // started.
         assert_eq!((summary.tuned, summary.skipped), (1, 2));
         assert_eq!(missing_in(&tuning, MoeKernels::PerExpert, Mode::Exact { m: 1 }).len(), 2);
+        // Grouped: the W4A16 shape, then the MoE step, each started in time; the dense one not.
+        let todo = missing_in(&tuning, MoeKernels::default(), Mode::Exact { m: 1 });
+        assert_eq!((todo.w4a16.len(), todo.moe.len(), todo.dense16.len()), (0, 1, 1));
+        let summary = tune(fake(2 * budget), &mut tuning, &path, None, &todo, budget, &mut |_| {}).unwrap().unwrap();
+        assert_eq!((summary.tuned, summary.skipped), (1, 1));
+        assert_eq!(missing_in(&tuning, MoeKernels::default(), Mode::Exact { m: 1 }).moe, []);
         assert!(summary.seconds >= budget.as_secs_f64());
     }
 }

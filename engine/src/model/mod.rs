@@ -43,7 +43,7 @@ pub(crate) use checkpoint::Checkpoint;
 pub(crate) use config::check_rope;
 pub use config::{Config, Yarn};
 pub use layout::{Layout, Skipped};
-pub use planned_weights::{DenseShape, Int4Weight, dense16_weights, int4_weights};
+pub use planned_weights::{DenseShape, Int4Experts, Int4Weight, PlannedWeights};
 pub use quant_config::QuantConfig;
 pub use rotary::{inv_freq, softmax_scale, yarn_inv_freq, yarn_mscale};
 

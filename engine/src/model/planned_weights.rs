@@ -53,112 +53,165 @@ enum Format {
 }
 
 /// One weight the loader hands to the backend: `n` may be two modules' rows stacked.
-struct Planned {
+struct Linear {
     n: usize,
     k: usize,
     format: Format,
     routed_expert: bool,
 }
 
-/// Every linear the load of `dir` hands to the backend, dense weights in `dtype` where one is
-/// asked for (else in their stored dtype, as [`Model::load_as`](super::Model::load_as) keeps them).
-/// Modules missing from the checkpoint are left out: the load names them.
-fn planned(dir: &Path, dtype: Option<ComputeDtype>) -> Result<Vec<Planned>> {
-    let c = Config::load(&dir.join("config.json"))?;
-    let ckpt = Checkpoint::open(dir, c.layout)?;
-    let format = |module: &str| -> Result<Option<Format>> {
-        if let Some((_, _, group_size, dtype)) = ckpt.int4_header(module, c.quant_group(module))? {
+/// The linears found so far, from the headers of `ckpt` read as config `c` says.
+struct Scan<'a> {
+    c: &'a Config,
+    ckpt: Checkpoint,
+    /// The compute dtype asked for, if any.
+    dtype: Option<ComputeDtype>,
+    found: Vec<Linear>,
+}
+
+impl Scan<'_> {
+    /// How `module` is stored, as the loader reads it; `None` when absent.
+    fn format(&self, module: &str) -> Result<Option<Format>> {
+        if let Some((_, _, group_size, dtype)) = self.ckpt.int4_header(module, self.c.quant_group(module))? {
             return Ok(Some(Format::Int4 { group_size, dtype }));
         }
-        Ok(ckpt.float_dtype(&format!("{module}.weight")).map(|stored| Format::Dense(dtype.unwrap_or(stored))))
-    };
-    let mut out = Vec::new();
-    // `parts` as the loader takes them: stacked into one weight when every part has one format.
-    let mut add = |parts: &[(String, usize)], k: usize, routed_expert: bool| -> Result<()> {
-        let formats = parts.iter().map(|(m, _)| format(m)).collect::<Result<Vec<_>>>()?;
+        let stored = self.ckpt.float_dtype(&format!("{module}.weight"));
+        Ok(stored.map(|stored| Format::Dense(self.dtype.unwrap_or(stored))))
+    }
+
+    /// `parts` (module, rows) of `k` columns as the loader takes them: stacked into one weight when
+    /// every part has one format. Absent modules add nothing.
+    fn add(&mut self, parts: &[(String, usize)], k: usize, routed_expert: bool) -> Result<()> {
+        let formats = parts.iter().map(|(m, _)| self.format(m)).collect::<Result<Vec<_>>>()?;
         let Some(formats) = formats.into_iter().collect::<Option<Vec<_>>>() else { return Ok(()) };
         if formats.windows(2).all(|w| w[0] == w[1]) {
             let n = parts.iter().map(|(_, n)| n).sum();
-            out.push(Planned { n, k, format: formats[0], routed_expert });
+            self.found.push(Linear { n, k, format: formats[0], routed_expert });
         } else {
-            parts
-                .iter()
-                .zip(formats)
-                .for_each(|((_, n), format)| out.push(Planned { n: *n, k, format, routed_expert }));
+            for ((_, n), format) in parts.iter().zip(formats) {
+                self.found.push(Linear { n: *n, k, format, routed_expert });
+            }
         }
         Ok(())
-    };
+    }
+
+    /// An MLP at `p`: `[gate; up]`, then down.
+    fn mlp(&mut self, p: &str, inter: usize, routed_expert: bool) -> Result<()> {
+        let h = self.c.hidden_size;
+        self.add(&[(format!("{p}.gate_proj"), inter), (format!("{p}.up_proj"), inter)], h, routed_expert)?;
+        self.add(&[(format!("{p}.down_proj"), h)], inter, routed_expert)
+    }
+}
+
+/// Every linear the load of `dir` hands to the backend, dense weights in `dtype` where one is
+/// asked for (else in their stored dtype, as [`Model::load_as`](super::Model::load_as) keeps them).
+/// Modules missing from the checkpoint are left out: the load names them.
+fn linears(c: &Config, dir: &Path, dtype: Option<ComputeDtype>) -> Result<Vec<Linear>> {
+    let mut scan = Scan { c, ckpt: Checkpoint::open(dir, c.layout)?, dtype, found: Vec::new() };
     let h = c.hidden_size;
-    let mlp =
-        |add: &mut dyn FnMut(&[(String, usize)], usize, bool) -> Result<()>, p: &str, inter: usize, routed: bool| {
-            add(&[(format!("{p}.gate_proj"), inter), (format!("{p}.up_proj"), inter)], h, routed)?;
-            add(&[(format!("{p}.down_proj"), h)], inter, routed)
-        };
     for i in 0..c.num_hidden_layers {
         let p = format!("model.layers.{i}.self_attn");
         let (heads, q_out) = (c.num_attention_heads, c.num_attention_heads * c.qk_head_dim());
         let kv_a = (format!("{p}.kv_a_proj_with_mqa"), c.kv_lora_rank + c.qk_rope_head_dim);
         match c.q_lora_rank {
             None => {
-                add(&[(format!("{p}.q_proj"), q_out)], h, false)?;
-                add(&[kv_a], h, false)?;
+                scan.add(&[(format!("{p}.q_proj"), q_out)], h, false)?;
+                scan.add(&[kv_a], h, false)?;
             }
             Some(r) => {
-                add(&[(format!("{p}.q_a_proj"), r), kv_a], h, false)?;
-                add(&[(format!("{p}.q_b_proj"), q_out)], r, false)?;
+                scan.add(&[(format!("{p}.q_a_proj"), r), kv_a], h, false)?;
+                scan.add(&[(format!("{p}.q_b_proj"), q_out)], r, false)?;
             }
         }
-        add(&[(format!("{p}.o_proj"), h)], heads * c.v_head_dim, false)?;
+        scan.add(&[(format!("{p}.o_proj"), h)], heads * c.v_head_dim, false)?;
         let p = format!("model.layers.{i}.mlp");
         if c.is_moe_layer(i) {
             for e in 0..c.n_routed_experts {
-                mlp(&mut add, &format!("{p}.experts.{e}"), c.moe_intermediate_size, true)?;
+                scan.mlp(&format!("{p}.experts.{e}"), c.moe_intermediate_size, true)?;
             }
             if c.n_shared_experts > 0 {
-                mlp(&mut add, &format!("{p}.shared_experts"), c.moe_intermediate_size * c.n_shared_experts, false)?;
+                scan.mlp(&format!("{p}.shared_experts"), c.moe_intermediate_size * c.n_shared_experts, false)?;
             }
         } else {
-            mlp(&mut add, &p, c.intermediate_size, false)?;
+            scan.mlp(&p, c.intermediate_size, false)?;
         }
     }
     // The head: its own weight, or the embedding table when tied and absent.
-    let tied = c.tie_word_embeddings && !ckpt.contains("lm_head.weight");
+    let tied = c.tie_word_embeddings && !scan.ckpt.contains("lm_head.weight");
     let head = if tied { "model.embed_tokens" } else { "lm_head" };
-    add(&[(head.to_owned(), c.vocab_size)], h, false)?;
-    Ok(out)
+    scan.add(&[(head.to_owned(), c.vocab_size)], h, false)?;
+    Ok(scan.found)
 }
 
-/// The distinct INT4 weights of the model in `dir`, sorted.
-pub fn int4_weights(dir: &Path) -> Result<Vec<Int4Weight>> {
-    let found: BTreeSet<Int4Weight> = planned(dir, None)?
-        .into_iter()
-        .filter_map(|w| match w.format {
-            Format::Int4 { group_size, dtype } => {
-                Some(Int4Weight { n: w.n, k: w.k, group_size, dtype, routed_expert: w.routed_expert })
-            }
-            Format::Dense(_) => None,
-        })
-        .collect();
-    Ok(found.into_iter().collect())
+/// The routed experts of the MoE layers when every one is INT4 of one group size and scale dtype,
+/// gate and up stacked (the grouped kernel's case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Int4Experts {
+    /// `[2 x intermediate, hidden]` and `[hidden, intermediate]`, as (N, K).
+    pub gate_up: (usize, usize),
+    pub down: (usize, usize),
+    pub group_size: usize,
+    /// The scales' dtype.
+    pub dtype: Dtype,
+    /// Routed experts a layer, and those a token is routed to.
+    pub experts: usize,
+    pub top_k: usize,
 }
 
-/// The distinct dense 16-bit weights the load of `dir` hands to the backend as linears, sorted,
-/// computed in `dtype` if asked (else in their stored dtype). Routed experts are left out: the
-/// backend runs them as a whole ([`Backend::experts`](crate::registry::Backend::experts)).
-pub fn dense16_weights(dir: &Path, dtype: Option<ComputeDtype>) -> Result<Vec<DenseShape>> {
-    let found: BTreeSet<DenseShape> = planned(dir, dtype)?
-        .into_iter()
-        .filter(|w| !w.routed_expert)
-        .filter_map(|w| {
-            let dtype = match w.format {
-                Format::Dense(ComputeDtype::Bf16) => Dtype::Bf16,
-                Format::Dense(ComputeDtype::F16) => Dtype::F16,
-                Format::Dense(ComputeDtype::F32) | Format::Int4 { .. } => return None,
-            };
-            Some(DenseShape { n: w.n, k: w.k, dtype })
-        })
-        .collect();
-    Ok(found.into_iter().collect())
+/// What the load of a model will hand to the backend, each kind sorted and distinct.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedWeights {
+    pub int4: Vec<Int4Weight>,
+    /// Dense bf16 and f16 linears; routed experts are left out: the backend runs them as a whole
+    /// ([`Backend::experts`](crate::registry::Backend::experts)).
+    pub dense16: Vec<DenseShape>,
+    /// `None` without MoE layers, or with routed experts of mixed or dense formats.
+    pub experts: Option<Int4Experts>,
+}
+
+impl PlannedWeights {
+    /// The model in `dir`, its dense weights computed in `dtype` if asked (else in their stored
+    /// dtype).
+    pub fn read(dir: &Path, dtype: Option<ComputeDtype>) -> Result<PlannedWeights> {
+        let c = Config::load(&dir.join("config.json"))?;
+        let linears = linears(&c, dir, dtype)?;
+        let int4: BTreeSet<Int4Weight> = linears
+            .iter()
+            .filter_map(|w| match w.format {
+                Format::Int4 { group_size, dtype } => {
+                    Some(Int4Weight { n: w.n, k: w.k, group_size, dtype, routed_expert: w.routed_expert })
+                }
+                Format::Dense(_) => None,
+            })
+            .collect();
+        let dense16: BTreeSet<DenseShape> = linears
+            .iter()
+            .filter(|w| !w.routed_expert)
+            .filter_map(|w| {
+                let dtype = match w.format {
+                    Format::Dense(ComputeDtype::Bf16) => Dtype::Bf16,
+                    Format::Dense(ComputeDtype::F16) => Dtype::F16,
+                    Format::Dense(ComputeDtype::F32) | Format::Int4 { .. } => return None,
+                };
+                Some(DenseShape { n: w.n, k: w.k, dtype })
+            })
+            .collect();
+        // Every routed weight INT4 in one format; their shapes are the config's (the load checks).
+        let mut formats = linears.iter().filter(|w| w.routed_expert).map(|w| w.format);
+        let first = formats.next();
+        let experts = match first {
+            Some(Format::Int4 { group_size, dtype }) if formats.all(|f| Some(f) == first) => Some(Int4Experts {
+                gate_up: (2 * c.moe_intermediate_size, c.hidden_size),
+                down: (c.hidden_size, c.moe_intermediate_size),
+                group_size,
+                dtype,
+                experts: c.n_routed_experts,
+                top_k: c.num_experts_per_tok,
+            }),
+            _ => None,
+        };
+        Ok(PlannedWeights { int4: int4.into_iter().collect(), dense16: dense16.into_iter().collect(), experts })
+    }
 }
 
 #[cfg(test)]
@@ -173,18 +226,33 @@ mod tests {
     }
 
     fn weights_of(spec: &TinySpec) -> Vec<Int4Weight> {
-        int4_weights(written(spec).path()).unwrap()
+        read(&written(spec), None).int4
+    }
+
+    fn read(dir: &tempfile::TempDir, dtype: Option<ComputeDtype>) -> PlannedWeights {
+        PlannedWeights::read(dir.path(), dtype).unwrap()
     }
 
     #[test]
     fn a_bf16_model_has_none_and_int4_experts_are_gate_up_stacked_and_down() {
-        assert_eq!(weights_of(&TinySpec::default()), []);
+        let bf16 = written(&TinySpec::default());
+        assert_eq!(read(&bf16, None).int4, []);
+        assert_eq!(read(&bf16, None).experts, None);
         let spec = TinySpec { int4_experts: true, ..TinySpec::default() };
         let (h, inter) = (spec.hidden_size, spec.moe_intermediate_size);
         let expert = |n, k| Int4Weight { n, k, group_size: 32, dtype: Dtype::Bf16, routed_expert: true };
         let mut want = vec![expert(2 * inter, h), expert(h, inter)];
         want.sort();
         assert_eq!(weights_of(&spec), want);
+        let experts = Int4Experts {
+            gate_up: (2 * inter, h),
+            down: (h, inter),
+            group_size: 32,
+            dtype: Dtype::Bf16,
+            experts: spec.n_routed_experts,
+            top_k: spec.num_experts_per_tok,
+        };
+        assert_eq!(read(&written(&spec), None).experts, Some(experts));
     }
 
     /// The dense shapes the loader makes of `spec`, by hand: `[q_a; kv_a]` (or `q_proj` and `kv_a`),
@@ -211,16 +279,13 @@ mod tests {
         let spec = TinySpec::default();
         let dir = written(&spec);
         // Routed experts in bf16 run as a whole, not as linears: absent.
-        assert_eq!(dense16_weights(dir.path(), None).unwrap(), by_hand(&spec, Dtype::Bf16));
-        assert_eq!(dense16_weights(dir.path(), Some(ComputeDtype::F16)).unwrap(), by_hand(&spec, Dtype::F16));
-        assert_eq!(dense16_weights(dir.path(), Some(ComputeDtype::F32)).unwrap(), []);
+        assert_eq!(read(&dir, None).dense16, by_hand(&spec, Dtype::Bf16));
+        assert_eq!(read(&dir, Some(ComputeDtype::F16)).dense16, by_hand(&spec, Dtype::F16));
+        assert_eq!(read(&dir, Some(ComputeDtype::F32)).dense16, []);
         let direct = TinySpec { q_lora_rank: None, int4_experts: true, ..TinySpec::default() };
-        assert_eq!(dense16_weights(written(&direct).path(), None).unwrap(), by_hand(&direct, Dtype::Bf16));
+        assert_eq!(read(&written(&direct), None).dense16, by_hand(&direct, Dtype::Bf16));
         let f32s = TinySpec { f32_weights: true, ..TinySpec::default() };
-        assert_eq!(dense16_weights(written(&f32s).path(), None).unwrap(), []);
-        assert_eq!(
-            dense16_weights(written(&f32s).path(), Some(ComputeDtype::Bf16)).unwrap(),
-            by_hand(&f32s, Dtype::Bf16)
-        );
+        assert_eq!(read(&written(&f32s), None).dense16, []);
+        assert_eq!(read(&written(&f32s), Some(ComputeDtype::Bf16)).dense16, by_hand(&f32s, Dtype::Bf16));
     }
 }
