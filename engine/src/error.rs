@@ -1,5 +1,7 @@
 use thiserror::Error;
 
+use crate::registry::{ComputeDtype, KvDtype};
+
 /// Everything the engine can report: bad model folders, bad inputs, the quant format's and the GPU's
 /// own errors, and forwards whose logits are not numbers.
 #[derive(Debug, Error)]
@@ -95,6 +97,15 @@ pub enum EngineError {
 
     #[error("{what} is {value}: {limit}")]
     ArgumentOutOfRange { what: String, value: u64, limit: String },
+
+    /// A backend cannot compute dense weights in `dtype`; `reason` says what it computes in instead.
+    #[error("{backend} cannot compute in {dtype}: {reason}")]
+    ComputeDtype { backend: String, dtype: ComputeDtype, reason: String },
+
+    /// A backend cannot keep the KV cache of a model computed in `compute` in `kv`; `reason` says why,
+    /// and which cache dtypes it keeps.
+    #[error("{backend} cannot store the KV cache of a model computed in {compute} in {}: {reason}", .kv.name())]
+    KvDtype { backend: String, compute: ComputeDtype, kv: KvDtype, reason: String },
 
     #[error(transparent)]
     Gpu(#[from] kdtree_jit::Error),

@@ -167,8 +167,10 @@ impl<B: Backend> Model<B> {
             }
         };
         let compute = dtype.unwrap_or(checkpoint);
-        backend.supports_compute(compute).map_err(|reason| {
-            EngineError::InvalidArgument(format!("{} cannot compute in {compute}: {reason}", backend.describe()))
+        backend.supports_compute(compute).map_err(|reason| EngineError::ComputeDtype {
+            backend: backend.describe(),
+            dtype: compute,
+            reason,
         })?;
         // Asked for: every dense weight converted. Otherwise each keeps its stored dtype (a bf16
         // checkpoint's odd f32 weight stays f32, as it always has).
@@ -268,13 +270,13 @@ impl<B: Backend> Model<B> {
         } else {
             self.backend.prepare_kv(heads)
         };
-        if let Err(why) = ready {
-            return Err(EngineError::InvalidArgument(format!(
-                "{} cannot store the KV cache of a model computed in {} in {}: {why}",
-                self.backend.describe(),
-                self.dtypes.compute,
-                kv.name()
-            )));
+        if let Err(reason) = ready {
+            return Err(EngineError::KvDtype {
+                backend: self.backend.describe(),
+                compute: self.dtypes.compute,
+                kv,
+                reason,
+            });
         }
         self.heads = heads;
         Ok(())
