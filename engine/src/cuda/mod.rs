@@ -381,8 +381,9 @@ impl CudaBackend {
 
     /// The MLA kernels of a cache of `kv`, loaded with the model's attention weights.
     fn mla(&self, kv: KvDtype) -> Result<LatentKernels> {
-        self.latent_kernels(kv).ok_or_else(|| {
-            EngineError::InvalidArgument(format!("attention over a {} cache before such a model was loaded", kv.name()))
+        self.latent_kernels(kv).ok_or_else(|| EngineError::NotLoaded {
+            op: "attention",
+            what: format!("a model with a {} cache", kv.name()),
         })
     }
 
