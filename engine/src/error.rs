@@ -130,7 +130,7 @@ pub enum EngineError {
 
     /// A cost model's points or drafter time are unusable, or its file is not one: the file, if it
     /// came from one, and why.
-    #[error("{}cost model: {reason}", .file.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
+    #[error("{}: {reason}", cost_model(.file))]
     CostModel { file: Option<String>, reason: String },
 
     /// A checkpoint tensor whose rank or layout is not its format's.
@@ -239,6 +239,14 @@ impl EngineError {
 }
 
 pub type Result<T> = std::result::Result<T, EngineError>;
+
+/// What [`EngineError::CostModel`] is about: a file that is not a usable cost model, or one made in code.
+fn cost_model(file: &Option<String>) -> String {
+    match file {
+        Some(file) => format!("{file} is not a usable cost model"),
+        None => "cost model".into(),
+    }
+}
 
 #[cfg(test)]
 mod tests {

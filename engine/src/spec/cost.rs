@@ -64,8 +64,8 @@ impl CostModel {
     pub fn load(path: &Path) -> Result<CostModel> {
         let text = crate::model::json::read_capped(path, "a cost model", Self::MAX_FILE_BYTES)?;
         let file = || Some(path.display().to_string());
-        let m: CostModel = serde_json::from_str(&text)
-            .map_err(|e| EngineError::CostModel { file: file(), reason: format!("not readable as one: {e}") })?;
+        let m: CostModel =
+            serde_json::from_str(&text).map_err(|e| EngineError::CostModel { file: file(), reason: e.to_string() })?;
         CostModel::new(m.device, m.model, m.points).and_then(|c| c.with_draft_us(m.draft_us)).map_err(|e| match e {
             EngineError::CostModel { reason, .. } => EngineError::CostModel { file: file(), reason },
             other => other,
@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(CostModel::load(&path).unwrap().draft_us, 0.0);
         std::fs::write(&path, "{not json").unwrap();
         let e = CostModel::load(&path).unwrap_err().to_string();
-        assert!(e.contains("cost.json") && e.contains("not a cost model"), "{e}");
+        assert!(e.contains("cost.json is not a usable cost model: key must be a string"), "{e}");
         let missing = CostModel::load(&dir.path().join("none.json")).unwrap_err().to_string();
         assert!(missing.contains("none.json"), "{missing}");
     }

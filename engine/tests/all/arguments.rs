@@ -48,10 +48,10 @@ fn a_cost_model_names_its_file_when_it_has_one() {
     std::fs::write(&path, r#"{"device": "gpu", "model": "m", "points": [[2, 10.0], [1, 9.0]]}"#).unwrap();
     let e = CostModel::load(&path).unwrap_err();
     assert!(matches!(&e, EngineError::CostModel { file: Some(f), .. } if *f == file), "{e}");
-    assert_eq!(e.to_string(), format!("{file}: cost model: T must ascend"));
+    assert_eq!(e.to_string(), format!("{file} is not a usable cost model: T must ascend"));
     std::fs::write(&path, "[1, 2]").unwrap();
     let e = CostModel::load(&path).unwrap_err();
-    assert!(e.to_string().starts_with(&format!("{file}: cost model: not readable as one: ")), "{e}");
+    assert!(e.to_string().starts_with(&format!("{file} is not a usable cost model: invalid type")), "{e}");
 }
 
 /// [`SpecArgs`] on a command line of its own.
