@@ -151,7 +151,7 @@ pub enum EngineError {
 
     /// An op run before what it reads was loaded or uploaded (a kernel, a weight layout, a model's
     /// attention kernels): a misuse of the API, not of a checkpoint.
-    #[error("{op}: {what} was not loaded")]
+    #[error("{op}: not loaded first: {what}")]
     NotLoaded { op: &'static str, what: String },
 
     /// A CUDA graph capture of a forward recorded no work.

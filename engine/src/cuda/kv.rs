@@ -236,7 +236,7 @@ impl KvStore for CudaKv {
         let Some(mla) = self.mla.as_ref() else {
             return Err(EngineError::NotLoaded {
                 op: "compact",
-                what: "the model of this cache (it was made before its model)".into(),
+                what: "the MLA kernels of this cache's model (the cache was made before the model was loaded)".into(),
             });
         };
         for layer in 0..self.layers {

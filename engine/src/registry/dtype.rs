@@ -1,6 +1,6 @@
 //! The dtype dense weights are computed in: the checkpoint's by default, or another one asked for
-//! (the CLI's `--dtype`). The loader converts each dense weight to it as it is read; INT4 weights, norms, the
-//! router and its bias are not dense weights of this kind and stay as they are.
+//! (the CLI's `--dtype`). The loader converts each dense weight to it as it is read; INT4 weights,
+//! norms, the router and its bias are not dense weights of this kind and stay as they are.
 
 use half::{bf16, f16};
 
