@@ -1,5 +1,7 @@
 use thiserror::Error;
 
+use crate::registry::{ComputeDtype, KvDtype};
+
 /// Everything the engine can report: bad model folders, bad inputs, the quant format's and the GPU's
 /// own errors, and forwards whose logits are not numbers.
 #[derive(Debug, Error)]
@@ -93,8 +95,89 @@ pub enum EngineError {
     #[error("{prompt} prompt tokens and {max_new} new tokens do not fit the context of {context} positions: {limit}")]
     ContextExceeded { prompt: usize, max_new: usize, context: usize, limit: String },
 
+    /// A count, size or index outside what is accepted: what it is, its value, and the bound.
     #[error("{what} is {value}: {limit}")]
     ArgumentOutOfRange { what: String, value: u64, limit: String },
+
+    /// A probability outside [0, 1].
+    #[error("{what} is {value}, not a probability in [0, 1]")]
+    NotAProbability { what: &'static str, value: f64 },
+
+    /// A model or drafter spec whose sizes would make more than the writer takes: what they make, the
+    /// bound, and a real model's figure to compare with.
+    #[error("{spec}: {sizes} make more than {max} {unit} ({real}): {remedy}")]
+    SpecTooLarge {
+        spec: &'static str,
+        sizes: String,
+        max: u64,
+        unit: &'static str,
+        real: &'static str,
+        remedy: &'static str,
+    },
+
+    /// An op or a run given no prompt tokens.
+    #[error("{op}: the prompt is empty")]
+    EmptyPrompt { op: &'static str },
+
+    /// An op given an input of a kind it does not take (a dtype, a weight format): what it takes.
+    #[error("{op}: not for {input}: it takes {accepted}")]
+    UnsupportedInput { op: &'static str, input: String, accepted: String },
+
+    /// Speculative-decoding options that do not go together, or that need another: the option, and
+    /// what is wrong with it and what to do.
+    #[error("{option} {problem}")]
+    SpecOption { option: String, problem: String },
+
+    /// A cost model's points or drafter time are unusable, or its file is not one: the file, if it
+    /// came from one, and why.
+    #[error("{}: {reason}", cost_model(.file))]
+    CostModel { file: Option<String>, reason: String },
+
+    /// A checkpoint tensor whose rank or layout is not its format's.
+    #[error("{file}: tensor {tensor} has shape {shape:?}, not {expected}")]
+    MalformedTensor { file: String, tensor: String, shape: Vec<usize>, expected: &'static str },
+
+    /// A tensor the checkpoint holds in a non-float dtype where a float one is needed.
+    #[error("tensor {tensor} is not a float tensor (bf16, f16 or f32)")]
+    NotFloat { tensor: String },
+
+    /// A weight cut or stacked in memory that the quant format refuses: the op and its error.
+    #[error("{op}: {source}")]
+    QuantParts {
+        op: &'static str,
+        #[source]
+        source: Box<kdtree_quant::QuantError>,
+    },
+
+    /// An op run before what it reads was loaded or uploaded (a kernel, a weight layout, a model's
+    /// attention kernels): a misuse of the API, not of a checkpoint.
+    #[error("{op}: not loaded first: {what}")]
+    NotLoaded { op: &'static str, what: String },
+
+    /// A CUDA graph capture of a forward recorded no work.
+    #[error("the captured forward enqueued nothing")]
+    EmptyGraph,
+
+    /// A MoE router chose experts past the layer's: its logits were not finite.
+    #[error("the router chose {count} experts past the layer's {experts}: its logits are not finite")]
+    RoutedPastExperts { count: usize, experts: usize },
+
+    /// A plot that could not be drawn or written.
+    #[error("plotting {file}: {reason}")]
+    Plot { file: String, reason: String },
+
+    /// A safetensors shard header that could not be written.
+    #[error("shard {shard}: its safetensors header: {reason}")]
+    ShardHeader { shard: String, reason: String },
+
+    /// A backend cannot compute dense weights in `dtype`; `reason` says what it computes in instead.
+    #[error("{backend} cannot compute in {dtype}: {reason}")]
+    ComputeDtype { backend: String, dtype: ComputeDtype, reason: String },
+
+    /// A backend cannot keep the KV cache of a model computed in `compute` in `kv`; `reason` says why,
+    /// and which cache dtypes it keeps.
+    #[error("{backend} cannot store the KV cache of a model computed in {compute} in {}: {reason}", .kv.name())]
+    KvDtype { backend: String, compute: ComputeDtype, kv: KvDtype, reason: String },
 
     #[error(transparent)]
     Gpu(#[from] kdtree_jit::Error),
@@ -127,9 +210,6 @@ pub enum EngineError {
     /// A simulated rank ([`crate::sharded::ShardedCpu`]) panicked; the op stopped with the others' results dropped.
     #[error("rank {rank} of {ranks} failed in {op}; the other ranks stopped")]
     RankFailed { rank: usize, ranks: usize, op: &'static str },
-
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
 }
 
 /// The driver's and cuBLAS's errors have one variant each, kdtree-jit's ([`kdtree_jit::Error::Driver`],
@@ -154,6 +234,14 @@ impl EngineError {
 }
 
 pub type Result<T> = std::result::Result<T, EngineError>;
+
+/// What [`EngineError::CostModel`] is about: a file that is not a usable cost model, or one made in code.
+fn cost_model(file: &Option<String>) -> String {
+    match file {
+        Some(file) => format!("{file} is not a usable cost model"),
+        None => "cost model".into(),
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -59,7 +59,7 @@ pub fn greedy_generate_streamed<B: Backend>(
     mut on_token: impl FnMut(u32) -> Result<bool>,
 ) -> Result<Generation> {
     if prompt.is_empty() {
-        return Err(EngineError::InvalidArgument("greedy_generate: the prompt is empty".into()));
+        return Err(EngineError::EmptyPrompt { op: "greedy_generate" });
     }
     model.config.check_context(prompt.len(), max_new)?;
     let mut cache = model.new_cache();

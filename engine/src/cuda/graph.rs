@@ -94,6 +94,6 @@ where
     // The capture ends whatever happened, so the stream is never left capturing.
     let graph = s.end_capture(CUgraphInstantiate_flags(0));
     enqueued?;
-    let graph = graph?.ok_or_else(|| EngineError::InvalidArgument("the captured forward enqueued nothing".into()))?;
+    let graph = graph?.ok_or(EngineError::EmptyGraph)?;
     Ok(Recorded { graph, batch, ids, count, taps })
 }

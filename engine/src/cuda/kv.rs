@@ -234,7 +234,10 @@ impl KvStore for CudaKv {
         let at = stream.clone_htod(&[start as u32])?;
         let table = self.table.as_ref().expect("a cache holding entries has a table");
         let Some(mla) = self.mla.as_ref() else {
-            return Err(EngineError::InvalidArgument("compact: a cache made before its model was loaded".into()));
+            return Err(EngineError::NotLoaded {
+                op: "compact",
+                what: "the MLA kernels of this cache's model (the cache was made before the model was loaded)".into(),
+            });
         };
         for layer in 0..self.layers {
             // Gathered first, then written back: kept entries move down onto entries still to be read.

@@ -47,10 +47,10 @@ impl ShapeKernels {
         match self.kernels.get(v) {
             Some(Ok(kernel)) => Ok(kernel),
             Some(Err(reason)) => Err(EngineError::NoKernel { shape: self.shape.to_string(), reason: reason.clone() }),
-            None => Err(EngineError::InvalidArgument(format!(
-                "the kernel of {} was not loaded",
-                kdtree_jit::Variant::name(v)
-            ))),
+            None => Err(EngineError::NotLoaded {
+                op: "linear",
+                what: format!("the kernel of {}", kdtree_jit::Variant::name(v)),
+            }),
         }
     }
 }
@@ -132,7 +132,7 @@ pub(super) fn to_half(b: &CudaBackend, x: &CudaTensor, dtype: Dtype, rows: usize
 pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, w: &CudaLinear) -> Result<CudaTensor> {
     let (m, n, k) = (x.rows, w.n(), w.k());
     if x.cols != k {
-        return Err(EngineError::InvalidArgument(format!("linear: rows of {} against a weight's K of {k}", x.cols)));
+        return Err(EngineError::shape("linear", format!("rows of {} against a weight's K of {k}", x.cols)));
     }
     if let CudaLinear::Dense32 { w, .. } = w {
         let data = dense(b, (GemmInput::F32, Compute::F32Pedantic), &x.data, w, (m, n, k))?;
@@ -169,16 +169,19 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, w: &CudaLinear) -> Result
 /// The W4A16 product of `m` half rows `x` into half rows, by the plan's variant for `m`.
 pub(super) fn int4_half(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaLinear) -> Result<CudaSlice<u16>> {
     let CudaLinear::Int4 { n, k, layouts, kernels } = w else {
-        return Err(EngineError::InvalidArgument("int4_half: a dense weight".into()));
+        return Err(EngineError::UnsupportedInput {
+            op: "int4_half",
+            input: "a dense weight".into(),
+            accepted: "INT4 weights".into(),
+        });
     };
     let kernel = kernels.for_rows(m)?;
     let v = kernel.variant();
-    let (_, packed, scales) = layouts.iter().find(|(l, ..)| *l == v.layout()).ok_or_else(|| {
-        EngineError::InvalidArgument(format!(
-            "the weight was not uploaded in {}'s layout",
-            kdtree_jit::Variant::name(&v)
-        ))
-    })?;
+    let (_, packed, scales) =
+        layouts.iter().find(|(l, ..)| *l == v.layout()).ok_or_else(|| EngineError::NotLoaded {
+            op: "int4_half",
+            what: format!("the weight in {}'s layout", kdtree_jit::Variant::name(&v)),
+        })?;
     let s = b.stream();
     let mut y = b.output::<u16>(m * n)?;
     // A row-limited variant (stream, gemv) runs blocks of its `bm` rows, one launch each: rows are

@@ -18,7 +18,7 @@ use super::mla_f32::MlaF32Kernels;
 use super::{CudaBackend, CudaBatch};
 use crate::cpu::CpuAbsorb;
 use crate::error::{EngineError, Result};
-use crate::registry::{Heads, HostLinear, KvDtype};
+use crate::registry::{Backend, ComputeDtype, Heads, HostLinear, KvDtype};
 
 /// Tokens a page holds: a multiple of every MLA variant's key tile.
 pub const PAGE_TOKENS: usize = 64;
@@ -137,11 +137,12 @@ impl CudaAbsorb {
         })
     }
 
-    /// The dtype the weight is held in.
-    pub fn dtype(&self) -> &'static str {
+    /// The dtype the weight is held in: the compute dtype of the model it was uploaded for (f32, or
+    /// bf16 for a 16-bit one, whose caches, bf16 or fp8, read it in bf16).
+    pub fn dtype(&self) -> ComputeDtype {
         match self {
-            CudaAbsorb::Bf16(_) => "bf16",
-            CudaAbsorb::F32(_) => "f32",
+            CudaAbsorb::Bf16(_) => ComputeDtype::Bf16,
+            CudaAbsorb::F32(_) => ComputeDtype::F32,
         }
     }
 }
@@ -237,12 +238,12 @@ impl LatentKernels {
                 k.attention(b, q, table, wide, h, layer, batch, w, out)
             }
             (LatentKernels::F32(k), CudaAbsorb::F32(w)) => k.attention(b, q, table, h, layer, batch, w, out),
-            _ => Err(EngineError::InvalidArgument(format!(
-                "attention: a {} KV cache with a {} kv_b_proj (the KV dtype follows the compute dtype on \
-                 CUDA: load the model with --dtype f32 for an f32 cache)",
-                h.kv.name(),
-                kv_b.dtype()
-            ))),
+            _ => Err(EngineError::KvDtype {
+                backend: b.describe(),
+                compute: kv_b.dtype(),
+                kv: h.kv,
+                reason: super::KV_FOLLOWS_COMPUTE.into(),
+            }),
         }
     }
 }

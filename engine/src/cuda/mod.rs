@@ -381,8 +381,9 @@ impl CudaBackend {
 
     /// The MLA kernels of a cache of `kv`, loaded with the model's attention weights.
     fn mla(&self, kv: KvDtype) -> Result<LatentKernels> {
-        self.latent_kernels(kv).ok_or_else(|| {
-            EngineError::InvalidArgument(format!("attention over a {} cache before such a model was loaded", kv.name()))
+        self.latent_kernels(kv).ok_or_else(|| EngineError::NotLoaded {
+            op: "attention",
+            what: format!("a model with a {} cache", kv.name()),
         })
     }
 
@@ -412,6 +413,19 @@ fn silu_mul_f32(b: &CudaBackend, x: &CudaTensor) -> Result<CudaTensor> {
     kdtree_kernels::silu_mul(&b.kernels, &gate.data, &up.data, &mut out.data)?;
     Ok(out)
 }
+
+/// Whether CUDA computes dense weights in `dtype`, and if not, what it computes in.
+fn computes_in(dtype: ComputeDtype) -> std::result::Result<(), String> {
+    match dtype {
+        ComputeDtype::Bf16 | ComputeDtype::F32 => Ok(()),
+        ComputeDtype::F16 => Err("its embedding, SiLU and MoE kernels take bf16 or f32 activations, not f16".into()),
+    }
+}
+
+/// Why CUDA keeps a model's KV cache in the dtypes it does: each layer's `kv_b_proj` is uploaded
+/// once, for the kernels of the cache of the model's compute dtype.
+const KV_FOLLOWS_COMPUTE: &str = "its kv_b_proj was loaded for the cache of the model's compute dtype: f32 for a \
+                                  model computed in f32, bf16 or fp8 for one computed in bf16";
 
 /// Profile classes of the small kernels and of attention (with its cache writes).
 fn rest() -> String {
@@ -467,17 +481,12 @@ impl Backend for CudaBackend {
         match heads.kv {
             KvDtype::Fp8 if loaded(KvDtype::Bf16) => self.load_mla(heads).map_err(|e| e.to_string()),
             kv if loaded(kv) => Ok(()),
-            _ => Err("its kv_b_proj was loaded for the cache of the model's compute dtype".into()),
+            _ => Err(KV_FOLLOWS_COMPUTE.into()),
         }
     }
 
     fn supports_compute(&self, dtype: ComputeDtype) -> std::result::Result<(), String> {
-        match dtype {
-            ComputeDtype::Bf16 | ComputeDtype::F32 => Ok(()),
-            ComputeDtype::F16 => Err("its embedding, SiLU and MoE kernels take bf16 or f32 activations, not f16 \
-                                      (--dtype bf16 or --dtype f32)"
-                .into()),
-        }
+        computes_in(dtype)
     }
 
     fn new_cache(&self, layers: usize, heads: Heads, max_tokens: usize) -> CudaKv {
@@ -756,5 +765,19 @@ impl Backend for CudaBackend {
         } else {
             eager_forward_argmax(self, cache, tokens, positions, mask, taps, forward)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_say_what_is_accepted_and_name_no_flag() {
+        // The library has no flags: the CLI names --dtype where it reports these.
+        assert!(computes_in(ComputeDtype::Bf16).is_ok() && computes_in(ComputeDtype::F32).is_ok());
+        let f16 = computes_in(ComputeDtype::F16).unwrap_err();
+        assert!(f16.contains("bf16 or f32") && !f16.contains("--"), "{f16}");
+        assert!(KV_FOLLOWS_COMPUTE.contains("f32 for a model computed in f32") && !KV_FOLLOWS_COMPUTE.contains("--"));
     }
 }

@@ -79,7 +79,15 @@ impl CudaExperts {
     pub(super) fn upload(b: &CudaBackend, name: &str, e: HostExperts) -> Result<CudaExperts> {
         let hidden = e.router.len().checked_div(e.routing.n_experts).unwrap_or(0);
         if e.experts.len() != e.routing.n_experts || e.bias.len() != e.routing.n_experts {
-            return Err(EngineError::InvalidArgument(format!("{name}: experts, bias and router disagree")));
+            return Err(EngineError::shape(
+                "experts",
+                format!(
+                    "{name}: {} experts and a bias of {} against a router of {}",
+                    e.experts.len(),
+                    e.bias.len(),
+                    e.routing.n_experts
+                ),
+            ));
         }
         let experts = match grouped_variant(b, &e, hidden) {
             Ok(v) => Experts::Grouped(Box::new(Grouped::upload(b, v, e.experts)?)),
@@ -239,7 +247,13 @@ impl Grouped {
                     gate_up.push(interleave_gate_up(&gu)?);
                     down.push(d);
                 }
-                _ => return Err(EngineError::InvalidArgument("grouped experts must be INT4".into())),
+                _ => {
+                    return Err(EngineError::UnsupportedInput {
+                        op: "grouped experts",
+                        input: "a dense expert".into(),
+                        accepted: "INT4 experts".into(),
+                    });
+                }
             }
         }
         // Each layer loads its own module of the variant (the cubin comes from the disk cache after
@@ -257,7 +271,7 @@ impl Grouped {
 pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, e: &CudaExperts) -> Result<CudaTensor> {
     let (m, h, r) = (x.rows, x.cols, &e.routing);
     if h != e.hidden {
-        return Err(EngineError::InvalidArgument(format!("moe: rows of {h}, experts of {}", e.hidden)));
+        return Err(EngineError::shape("moe", format!("rows of {h}, experts of {}", e.hidden)));
     }
     let logits = linear::dense(b, (GemmInput::F32, Compute::F32), &x.data, &e.router, (m, r.n_experts, h))?;
     let mut ids = b.output::<u32>(m * r.top_k)?;
@@ -319,7 +333,7 @@ fn grouped_tokens(
         // Profiling only: the one read-back of the routing, for the experts-touched count.
         let meta = b.stream().clone_dtoh(&a.meta)?;
         if meta[2] > 0 {
-            return Err(EngineError::InvalidArgument(format!("the router chose {} experts past {experts}", meta[2])));
+            return Err(EngineError::RoutedPastExperts { count: meta[2] as usize, experts });
         }
         b.count_experts(meta[1] as usize);
     }
@@ -356,10 +370,9 @@ struct Assignment {
 fn assign(ids: &[u32], top_k: usize, n_experts: usize) -> Result<Assignment> {
     let mut by_expert: Vec<Vec<(u32, u32)>> = vec![Vec::new(); n_experts];
     for (i, &e) in ids.iter().enumerate() {
-        let list = by_expert.get_mut(e as usize).ok_or_else(|| {
-            EngineError::InvalidArgument(format!(
-                "the router chose expert {e} of {n_experts}: its logits are not finite"
-            ))
+        let list = by_expert.get_mut(e as usize).ok_or_else(|| EngineError::RoutedPastExperts {
+            count: ids.iter().filter(|&&id| id as usize >= n_experts).count(),
+            experts: n_experts,
         })?;
         list.push(((i / top_k) as u32, i as u32));
     }
@@ -379,9 +392,11 @@ fn half_linear(b: &CudaBackend, x: &CudaSlice<u16>, m: usize, w: &CudaLinear) ->
     let (n, k) = (w.n(), w.k());
     match w {
         CudaLinear::Int4 { .. } => linear::int4_half(b, x, m, w),
-        CudaLinear::Dense32 { .. } => {
-            Err(EngineError::InvalidArgument("half_linear: an f32 weight (per_expert_forward_f32 runs those)".into()))
-        }
+        CudaLinear::Dense32 { .. } => Err(EngineError::UnsupportedInput {
+            op: "half_linear",
+            input: "an f32 weight".into(),
+            accepted: "INT4 and 16-bit weights (per_expert_forward_f32 runs f32 ones)".into(),
+        }),
         CudaLinear::Dense { w: wd, dtype, .. } => {
             let input = if *dtype == Dtype::F16 { GemmInput::F16 } else { GemmInput::Bf16 };
             let y = linear::dense(b, (input, Compute::F32), x, wd, (m, n, k))?;

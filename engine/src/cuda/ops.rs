@@ -11,10 +11,14 @@ use crate::error::{EngineError, Result};
 use crate::registry::RopeSpan;
 use crate::registry::Routing;
 
-fn bf16_only(op: &str, dtype: Dtype) -> Result<()> {
+fn bf16_only(op: &'static str, dtype: Dtype) -> Result<()> {
     match dtype {
         Dtype::Bf16 => Ok(()),
-        Dtype::F16 => Err(EngineError::InvalidArgument(format!("{op}: f16 activations are not supported on CUDA yet"))),
+        Dtype::F16 => Err(EngineError::UnsupportedInput {
+            op,
+            input: "f16 activations".into(),
+            accepted: "bf16 ones on CUDA (f16 is not supported yet)".into(),
+        }),
     }
 }
 

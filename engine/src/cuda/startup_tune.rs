@@ -204,10 +204,18 @@ impl StartupTuner for Session<'_> {
     }
 }
 
+/// `value`, a size of `what`, as the tuning DB keys it.
+fn key_size(value: usize, what: &dyn std::fmt::Display) -> Result<u32> {
+    u32::try_from(value).map_err(|_| EngineError::ArgumentOutOfRange {
+        what: what.to_string(),
+        value: value as u64,
+        limit: "a tuning key holds sizes up to 2^32 - 1".into(),
+    })
+}
+
 /// A shape's dimensions as the tuning DB keys them.
 fn db_shape(n: usize, k: usize, what: &dyn std::fmt::Display) -> Result<Shape> {
-    let too_large = || EngineError::InvalidArgument(format!("{what}: dimensions over u32"));
-    Ok(Shape { n: u32::try_from(n).map_err(|_| too_large())?, k: u32::try_from(k).map_err(|_| too_large())? })
+    Ok(Shape { n: key_size(n, &format_args!("{what}'s N"))?, k: key_size(k, &format_args!("{what}'s K"))? })
 }
 
 /// Tunes `missing` within `budget` on the tuner `open` makes, adding the winners to `db` and saving
@@ -234,8 +242,7 @@ fn tune<T: StartupTuner>(
     let mut requests: BTreeMap<_, Vec<(Shape, u32)>> = BTreeMap::new();
     for (s, buckets) in &missing.w4a16 {
         let shape = db_shape(s.n, s.k, &format_args!("W4A16 shape {s}"))?;
-        let group = u32::try_from(s.group_size)
-            .map_err(|_| EngineError::InvalidArgument(format!("W4A16 shape {s}: group size over u32")))?;
+        let group = key_size(s.group_size, &format_args!("W4A16 shape {s}'s group size"))?;
         requests.entry((group, s.dtype)).or_default().extend(buckets.iter().map(|&b| (shape, b)));
     }
     for ((group_size, dtype), problems) in requests {

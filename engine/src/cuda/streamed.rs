@@ -53,7 +53,12 @@ pub(super) fn forward(
     (m, n, k): (usize, usize, usize),
 ) -> Result<CudaSlice<f32>> {
     if m > MAX_STREAMED_ROWS {
-        return Err(EngineError::InvalidArgument(format!("streamed linear: {m} rows, at most {MAX_STREAMED_ROWS}")));
+        let limit = format!("the streamed family runs at most {MAX_STREAMED_ROWS}");
+        return Err(EngineError::ArgumentOutOfRange {
+            what: "a streamed linear's rows".into(),
+            value: m as u64,
+            limit,
+        });
     }
     let rows = kernel.variant().rows as usize;
     let mut y = b.output::<f32>(m * n)?;

@@ -93,7 +93,11 @@ pub(super) struct HostBatch {
 
 impl HostBatch {
     pub(super) fn new(tokens: &[u32], positions: &[usize], mask: &TreeMask, past: usize) -> Result<HostBatch> {
-        let over = |what: &str, v: usize| EngineError::InvalidArgument(format!("batch: {what} {v} is over u32"));
+        let over = |what: &str, v: usize| EngineError::ArgumentOutOfRange {
+            what: format!("a batch's {what}"),
+            value: v as u64,
+            limit: format!("at most {} (u32)", u32::MAX),
+        };
         let positions =
             positions.iter().map(|&p| u32::try_from(p).map_err(|_| over("position", p))).collect::<Result<_>>()?;
         let (mask_mode, words) = match mask.new_mask() {
@@ -101,10 +105,11 @@ impl HostBatch {
             NewMask::Causal => (MaskMode::Causal, vec![0]),
             NewMask::Full => (MaskMode::Full, vec![0]),
             NewMask::Bits(_) if mask.len() > MAX_TREE_BITS => {
-                return Err(EngineError::InvalidArgument(format!(
-                    "batch: a tree of {} tokens, at most {MAX_TREE_BITS}",
-                    mask.len()
-                )));
+                return Err(EngineError::ArgumentOutOfRange {
+                    what: "a batch's tree size".into(),
+                    value: mask.len() as u64,
+                    limit: format!("at most {MAX_TREE_BITS} tokens"),
+                });
             }
             NewMask::Bits(words) => (MaskMode::Bits, words.clone()),
         };
@@ -131,13 +136,16 @@ impl HostBatch {
     /// Overwrites `batch`, a batch of as many tokens, with these inputs.
     pub(super) fn write(&self, s: &Arc<CudaStream>, batch: &mut CudaBatch) -> Result<()> {
         if batch.n != self.tokens.len() || batch.mask_mode != self.mask_mode {
-            return Err(EngineError::InvalidArgument(format!(
-                "batch: {} tokens ({:?} mask) written over a batch of {} ({:?})",
-                self.tokens.len(),
-                self.mask_mode,
-                batch.n,
-                batch.mask_mode
-            )));
+            return Err(EngineError::shape(
+                "batch",
+                format!(
+                    "{} tokens ({:?} mask) written over a batch of {} ({:?})",
+                    self.tokens.len(),
+                    self.mask_mode,
+                    batch.n,
+                    batch.mask_mode
+                ),
+            ));
         }
         s.memcpy_htod(&self.tokens, &mut batch.tokens)?;
         s.memcpy_htod(&self.positions, &mut batch.positions)?;

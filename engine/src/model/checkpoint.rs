@@ -292,7 +292,7 @@ impl Checkpoint {
             // Eight nibbles per int32 word along K (`weight_shape` holds the same, but in data).
             (_, _, shape) if shape.len() == 2 => Ok(Some((shape[0], 8 * shape[1], g, dtype))),
             (file, _, shape) => {
-                Err(EngineError::InvalidArgument(format!("{file}: {packed} has shape {shape:?}, not [N, K / 8]")))
+                Err(EngineError::MalformedTensor { file, tensor: packed, shape, expected: "[N, K / 8]" })
             }
         }
     }

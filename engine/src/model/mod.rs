@@ -167,8 +167,10 @@ impl<B: Backend> Model<B> {
             }
         };
         let compute = dtype.unwrap_or(checkpoint);
-        backend.supports_compute(compute).map_err(|reason| {
-            EngineError::InvalidArgument(format!("{} cannot compute in {compute}: {reason}", backend.describe()))
+        backend.supports_compute(compute).map_err(|reason| EngineError::ComputeDtype {
+            backend: backend.describe(),
+            dtype: compute,
+            reason,
         })?;
         // Asked for: every dense weight converted. Otherwise each keeps its stored dtype (a bf16
         // checkpoint's odd f32 weight stays f32, as it always has).
@@ -268,13 +270,13 @@ impl<B: Backend> Model<B> {
         } else {
             self.backend.prepare_kv(heads)
         };
-        if let Err(why) = ready {
-            return Err(EngineError::InvalidArgument(format!(
-                "{} cannot store the KV cache of a model computed in {} in {}: {why}",
-                self.backend.describe(),
-                self.dtypes.compute,
-                kv.name()
-            )));
+        if let Err(reason) = ready {
+            return Err(EngineError::KvDtype {
+                backend: self.backend.describe(),
+                compute: self.dtypes.compute,
+                kv,
+                reason,
+            });
         }
         self.heads = heads;
         Ok(())
@@ -283,7 +285,11 @@ impl<B: Backend> Model<B> {
     /// Prompt tokens per forward of [`Self::prefill`]; at least 1.
     pub fn set_prefill_chunk(&mut self, tokens: usize) -> Result<()> {
         if tokens == 0 {
-            return Err(EngineError::InvalidArgument("the prefill chunk must hold at least 1 token".into()));
+            return Err(EngineError::ArgumentOutOfRange {
+                what: "the prefill chunk".into(),
+                value: 0,
+                limit: "it must hold at least 1 token".into(),
+            });
         }
         self.prefill_chunk = tokens;
         Ok(())
@@ -316,7 +322,7 @@ impl<B: Backend> Model<B> {
         mut commit: impl FnMut(&B::Tensor) -> Result<()>,
     ) -> Result<u32> {
         if prompt.is_empty() {
-            return Err(EngineError::InvalidArgument("prefill: the prompt is empty".into()));
+            return Err(EngineError::EmptyPrompt { op: "prefill" });
         }
         let mut next = 0;
         for chunk in prompt.chunks(self.prefill_chunk) {
@@ -382,10 +388,11 @@ impl<B: Backend> Model<B> {
         layers: &[usize],
     ) -> Result<(Vec<u32>, Option<B::Tensor>)> {
         if let Some(&layer) = layers.iter().find(|&&l| l >= self.layers.len()) {
-            return Err(EngineError::InvalidArgument(format!(
-                "tap of layer {layer}: the model has {} layers",
-                self.layers.len()
-            )));
+            return Err(EngineError::ArgumentOutOfRange {
+                what: "the tapped layer".into(),
+                value: layer as u64,
+                limit: format!("the model has {} layers, numbered from 0", self.layers.len()),
+            });
         }
         let start = cache.len();
         let b = &*self.backend;
@@ -486,11 +493,10 @@ impl<B: Backend> Model<B> {
             }
         };
         if n == 0 || positions.len() != n || mask.len() != n {
-            return Err(EngineError::InvalidArgument(format!(
-                "forward: {n} tokens, {} positions, a mask of {}",
-                positions.len(),
-                mask.len()
-            )));
+            return Err(EngineError::shape(
+                "forward",
+                format!("{n} tokens, {} positions, a mask of {}", positions.len(), mask.len()),
+            ));
         }
         let max = self.rope.max_positions;
         if let Some(&position) = positions.iter().find(|&&p| p >= max) {
@@ -565,7 +571,7 @@ impl<B: Backend> Model<B> {
 }
 
 fn missing_dtype(tensor: &str) -> EngineError {
-    EngineError::InvalidArgument(format!("{tensor} is not a float tensor"))
+    EngineError::NotFloat { tensor: tensor.into() }
 }
 
 /// The tap of a forward that hands out no hidden states.

@@ -1,6 +1,6 @@
 //! The dtype dense weights are computed in: the checkpoint's by default, or another one asked for
-//! (`--dtype`). The loader converts each dense weight to it as it is read; INT4 weights, norms, the
-//! router and its bias are not dense weights of this kind and stay as they are.
+//! (the CLI's `--dtype`). The loader converts each dense weight to it as it is read; INT4 weights,
+//! norms, the router and its bias are not dense weights of this kind and stay as they are.
 
 use half::{bf16, f16};
 
@@ -56,16 +56,17 @@ pub struct Dtypes {
     pub compute: ComputeDtype,
     /// What the checkpoint stores its dense weights in (its embedding table's dtype).
     pub checkpoint: ComputeDtype,
-    /// Whether `compute` was asked for (`--dtype`) rather than taken from the checkpoint.
+    /// Whether `compute` was asked for (the CLI's `--dtype`) rather than taken from the checkpoint.
     pub chosen: bool,
 }
 
 impl std::fmt::Display for Dtypes {
-    /// `f32 (the checkpoint's)`, or `bf16 (--dtype; the checkpoint is f32)`.
+    /// `f32 (the checkpoint's)`, or `bf16 (asked for; the checkpoint is f32)`: the library names no
+    /// flag, whatever asked for it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.chosen, self.compute == self.checkpoint) {
             (false, _) | (true, true) => write!(f, "{} (the checkpoint's)", self.compute),
-            (true, false) => write!(f, "{} (--dtype; the checkpoint is {})", self.compute, self.checkpoint),
+            (true, false) => write!(f, "{} (asked for; the checkpoint is {})", self.compute, self.checkpoint),
         }
     }
 }
@@ -107,6 +108,6 @@ mod tests {
         let d = Dtypes { compute: ComputeDtype::F32, checkpoint: ComputeDtype::F32, chosen: false };
         assert_eq!(d.to_string(), "f32 (the checkpoint's)");
         let d = Dtypes { compute: ComputeDtype::Bf16, checkpoint: ComputeDtype::F32, chosen: true };
-        assert_eq!(d.to_string(), "bf16 (--dtype; the checkpoint is f32)");
+        assert_eq!(d.to_string(), "bf16 (asked for; the checkpoint is f32)");
     }
 }

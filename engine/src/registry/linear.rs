@@ -57,11 +57,10 @@ impl DenseWeight {
     /// `values` must hold `n * k` values.
     pub fn new(n: usize, k: usize, values: DenseValues) -> Result<Self> {
         if values.len() != n * k {
-            return Err(EngineError::InvalidArgument(format!(
-                "a dense [{n}, {k}] weight needs {} values, got {}",
-                n * k,
-                values.len()
-            )));
+            return Err(EngineError::shape(
+                "dense weight",
+                format!("a [{n}, {k}] weight needs {} values, got {}", n * k, values.len()),
+            ));
         }
         Ok(Self { n, k, values })
     }
@@ -128,13 +127,10 @@ impl HostLinear {
     /// whole's, bit for bit.
     pub fn rows(&self, rows: std::ops::Range<usize>) -> Result<HostLinear> {
         if rows.start > rows.end || rows.end > self.n() {
-            return Err(EngineError::InvalidArgument(format!(
-                "rows {}..{} of a [{}, {}] weight",
-                rows.start,
-                rows.end,
-                self.n(),
-                self.k()
-            )));
+            return Err(EngineError::shape(
+                "rows",
+                format!("rows {}..{} of a [{}, {}] weight", rows.start, rows.end, self.n(), self.k()),
+            ));
         }
         let (n, k) = (rows.len(), self.k());
         match self {
@@ -147,7 +143,7 @@ impl HostLinear {
                 let bits = q.scales.bits[rows.start * groups..rows.end * groups].to_vec();
                 let scales = Scales { dtype: q.scales.dtype, bits };
                 let part = QuantizedWeight::from_parts("rows", n, k, q.group_size, packed, scales)
-                    .map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
+                    .map_err(|e| EngineError::QuantParts { op: "rows", source: Box::new(e) })?;
                 Ok(HostLinear::Int4(part))
             }
         }
@@ -176,13 +172,10 @@ impl HostLinear {
     /// output is computed from its own row, so the fused weight's outputs equal the two apart.
     pub fn stack(a: HostLinear, b: HostLinear) -> Result<HostLinear> {
         let mismatch = |what: &str| {
-            EngineError::InvalidArgument(format!(
-                "cannot stack a [{}, {}] and a [{}, {}] weight: {what} differ",
-                a.n(),
-                a.k(),
-                b.n(),
-                b.k()
-            ))
+            EngineError::shape(
+                "stack",
+                format!("cannot stack a [{}, {}] and a [{}, {}] weight: {what} differ", a.n(), a.k(), b.n(), b.k()),
+            )
         };
         if a.k() != b.k() {
             return Err(mismatch("K"));
@@ -204,7 +197,7 @@ impl HostLinear {
                 let scales = Scales { dtype: x.scales.dtype, bits: [&x.scales.bits[..], &y.scales.bits].concat() };
                 let packed = [&x.packed[..], &y.packed].concat();
                 let q = QuantizedWeight::from_parts("stacked", x.n + y.n, x.k, x.group_size, packed, scales)
-                    .map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
+                    .map_err(|e| EngineError::QuantParts { op: "stack", source: Box::new(e) })?;
                 HostLinear::Int4(q)
             }
             _ => return Err(mismatch("formats (dense and INT4)")),

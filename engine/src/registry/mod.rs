@@ -210,12 +210,13 @@ pub trait KvStore {
 /// Checks [`KvStore::compact`]'s arguments against a cache of `len` entries.
 pub(crate) fn check_compact(len: usize, start: usize, keep: &[usize]) -> Result<()> {
     if !keep.windows(2).all(|w| w[0] < w[1]) {
-        return Err(EngineError::InvalidArgument(format!("compact: keep {keep:?} is not strictly ascending")));
+        return Err(EngineError::shape("compact", format!("keep {keep:?} is not strictly ascending")));
     }
     if keep.last().is_some_and(|&j| start + j >= len) {
-        return Err(EngineError::InvalidArgument(format!(
-            "compact: keep {keep:?} after entry {start} reaches past the cache of {len}"
-        )));
+        return Err(EngineError::shape(
+            "compact",
+            format!("keep {keep:?} after entry {start} reaches past the cache of {len}"),
+        ));
     }
     Ok(())
 }
@@ -237,9 +238,10 @@ pub(crate) fn check_gqa(
     if fits {
         return Ok(());
     }
-    Err(EngineError::InvalidArgument(format!(
-        "gqa_attention: {s:?} over q {q:?}, context keys/values {context:?}, block keys/values {block:?} (rows, cols)"
-    )))
+    Err(EngineError::shape(
+        "gqa_attention",
+        format!("{s:?} over q {q:?}, context keys/values {context:?}, block keys/values {block:?} (rows, cols)"),
+    ))
 }
 
 /// A tensor's `[rows, cols]`.

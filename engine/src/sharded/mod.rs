@@ -90,7 +90,11 @@ impl ShardedCpu {
     /// `ranks` must be at least 1.
     pub fn new(ranks: usize) -> Result<Self> {
         if ranks == 0 {
-            return Err(EngineError::InvalidArgument("a sharded backend needs at least one rank".into()));
+            return Err(EngineError::ArgumentOutOfRange {
+                what: "a sharded backend's rank count".into(),
+                value: 0,
+                limit: "it needs at least one rank".into(),
+            });
         }
         Ok(Self { ranks, log: Mutex::default() })
     }

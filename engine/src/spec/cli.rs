@@ -142,11 +142,12 @@ impl SpecArgs {
             (None, _) => {}
         }
         if self.drafter == DrafterKind::Dflash && self.mask_token.is_some() {
-            return Err(EngineError::InvalidArgument(
-                "--mask-token sets the block drafter's mask; a DFlash drafter's is its dflash_config.mask_token_id: \
-                 drop --mask-token"
+            return Err(EngineError::SpecOption {
+                option: "--mask-token".into(),
+                problem: "sets the block drafter's mask; a DFlash drafter's is its dflash_config.mask_token_id: drop \
+                          --mask-token"
                     .into(),
-            ));
+            });
         }
         self.check_oracle_options()
     }
@@ -158,11 +159,14 @@ impl SpecArgs {
         match given.into_iter().find(|&(_, given)| given) {
             Some((option, _)) if self.drafter != DrafterKind::NoisyOracle => {
                 let drafter = clap::ValueEnum::to_possible_value(&self.drafter).expect("every drafter has a name");
-                Err(EngineError::InvalidArgument(format!(
-                    "{option} sets the noisy oracle, and --drafter {} does not read it: drop {option} or pass \
-                     --drafter noisy-oracle",
-                    drafter.get_name()
-                )))
+                Err(EngineError::SpecOption {
+                    option: option.into(),
+                    problem: format!(
+                        "sets the noisy oracle, and --drafter {} does not read it: drop {option} or pass --drafter \
+                         noisy-oracle",
+                        drafter.get_name()
+                    ),
+                })
             }
             _ => Ok(()),
         }
@@ -209,10 +213,12 @@ impl SpecArgs {
             DrafterKind::Block => Box::new(BlockDrafter::new(draft_model, vocab, self.mask_token)?),
             DrafterKind::Lookup => Box::new(LookupDrafter::new(self.ngram, vocab)),
             DrafterKind::NoisyOracle => {
-                return Err(EngineError::InvalidArgument(
-                    "the noisy oracle is a benchmark device that replays greedy decoding's output, not a drafter"
+                return Err(EngineError::SpecOption {
+                    option: "--drafter noisy-oracle".into(),
+                    problem: "names a benchmark device that replays greedy decoding's output, not a drafter: only \
+                              SpecArgs::run, which decodes greedily first, runs it"
                         .into(),
-                ));
+                });
             }
         })
     }
@@ -223,7 +229,10 @@ impl SpecArgs {
         Ok(match (self.spec, &self.cost_model) {
             (None, _) => None,
             (Some(SpecMethod::Chain), Some(_)) => {
-                return Err(EngineError::InvalidArgument("--cost-model sizes DDTree's trees, not a chain".into()));
+                return Err(EngineError::SpecOption {
+                    option: "--cost-model".into(),
+                    problem: "sizes DDTree's trees, not a chain: drop it or pass --spec ddtree".into(),
+                });
             }
             (Some(SpecMethod::Chain), None) => Some(Method::Chain { len: self.draft_len }),
             (Some(SpecMethod::Ddtree), None) => Some(Method::Tree(limits)),
@@ -283,7 +292,10 @@ impl SpecArgs {
 }
 
 fn no_dflash_folder() -> EngineError {
-    EngineError::InvalidArgument("--drafter dflash needs --draft-model: the DFlash drafter's folder".into())
+    EngineError::SpecOption {
+        option: "--drafter dflash".into(),
+        problem: "needs --draft-model: the DFlash drafter's folder".into(),
+    }
 }
 
 impl Comparison {

@@ -34,7 +34,7 @@ pub struct CostModel {
 impl CostModel {
     /// Checks that the points are usable: at least one, T ascending and >= 1, times finite and > 0.
     pub fn new(device: String, model: String, points: Vec<(usize, f64)>) -> Result<CostModel> {
-        let bad = |why: &str| Err(EngineError::InvalidArgument(format!("cost model: {why}")));
+        let bad = |why: &str| Err(EngineError::CostModel { file: None, reason: why.into() });
         if points.is_empty() {
             return bad("no points");
         }
@@ -50,9 +50,10 @@ impl CostModel {
     /// The same model with a drafter round of `us` µs added to every round (finite, >= 0).
     pub fn with_draft_us(self, us: f64) -> Result<CostModel> {
         if !(us.is_finite() && us >= 0.0) {
-            return Err(EngineError::InvalidArgument(format!(
-                "cost model: a drafter round of {us} µs: it must be finite and >= 0"
-            )));
+            return Err(EngineError::CostModel {
+                file: None,
+                reason: format!("a drafter round of {us} µs: it must be finite and >= 0"),
+            });
         }
         Ok(CostModel { draft_us: us, ..self })
     }
@@ -62,18 +63,22 @@ impl CostModel {
 
     pub fn load(path: &Path) -> Result<CostModel> {
         let text = crate::model::json::read_capped(path, "a cost model", Self::MAX_FILE_BYTES)?;
-        let m: CostModel = serde_json::from_str(&text)
-            .map_err(|e| EngineError::InvalidArgument(format!("{}: not a cost model: {e}", path.display())))?;
-        CostModel::new(m.device, m.model, m.points)
-            .and_then(|c| c.with_draft_us(m.draft_us))
-            .map_err(|e| EngineError::InvalidArgument(format!("{}: {e}", path.display())))
+        let file = || Some(path.display().to_string());
+        let m: CostModel =
+            serde_json::from_str(&text).map_err(|e| EngineError::CostModel { file: file(), reason: e.to_string() })?;
+        CostModel::new(m.device, m.model, m.points).and_then(|c| c.with_draft_us(m.draft_us)).map_err(|e| match e {
+            EngineError::CostModel { reason, .. } => EngineError::CostModel { file: file(), reason },
+            other => other,
+        })
     }
 
     /// Writes the model as JSON, creating the folder it goes in (the default one, beside the tuning
     /// DB, need not exist on a fresh machine).
     pub fn save(&self, path: &Path) -> Result<()> {
-        let text = serde_json::to_string_pretty(self).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
-        let io = |e: std::io::Error| EngineError::InvalidArgument(format!("{}: {e}", path.display()));
+        let file = || path.display().to_string();
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| EngineError::CostModel { file: Some(file()), reason: e.to_string() })?;
+        let io = |source: std::io::Error| EngineError::Io { file: file(), source };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
@@ -173,7 +178,7 @@ mod tests {
         assert_eq!(CostModel::load(&path).unwrap().draft_us, 0.0);
         std::fs::write(&path, "{not json").unwrap();
         let e = CostModel::load(&path).unwrap_err().to_string();
-        assert!(e.contains("cost.json") && e.contains("not a cost model"), "{e}");
+        assert!(e.contains("cost.json is not a usable cost model: key must be a string"), "{e}");
         let missing = CostModel::load(&dir.path().join("none.json")).unwrap_err().to_string();
         assert!(missing.contains("none.json"), "{missing}");
     }

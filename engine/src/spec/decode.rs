@@ -201,7 +201,7 @@ pub fn speculative_generate_streamed<B: Backend>(
     mut on_token: impl FnMut(u32) -> Result<bool>,
 ) -> Result<(Vec<u32>, Stats)> {
     if prompt.is_empty() {
-        return Err(EngineError::InvalidArgument("the prompt is empty".into()));
+        return Err(EngineError::EmptyPrompt { op: "speculative decoding" });
     }
     target.config.check_context(prompt.len(), max_new)?;
     let started = Instant::now();

@@ -10,7 +10,7 @@ use crate::error::{EngineError, Result};
 
 /// Draws the speculative rows of `rows` (greedy's is the 1x line) into an SVG file at `path`.
 pub fn write_svg(path: &Path, rows: &[SpecRow]) -> Result<()> {
-    draw(path, rows).map_err(|e| EngineError::InvalidArgument(format!("plotting {}: {e}", path.display())))
+    draw(path, rows).map_err(|e| EngineError::Plot { file: path.display().to_string(), reason: e.to_string() })
 }
 
 fn draw(path: &Path, rows: &[SpecRow]) -> std::result::Result<(), Box<dyn std::error::Error>> {

@@ -47,9 +47,7 @@ pub fn time_rounds<B: Backend>(
     (len, top_k): (usize, usize),
     reps: usize,
 ) -> Result<RoundTiming> {
-    if reps == 0 || prompt.is_empty() {
-        return Err(EngineError::InvalidArgument("timing a drafter's round needs a prompt and a rep".into()));
-    }
+    check_timing("timing a drafter's round", prompt, reps)?;
     let mut cache = target.new_cache();
     let layers = drafter.target_layers().to_vec();
     let bonus = target.prefill_tapped(&mut cache, prompt, &layers, |taps| drafter.commit(taps))?;
@@ -76,9 +74,7 @@ pub fn time_rounds<B: Backend>(
 /// target's LM head; no softmax, no top-K. Each rep ends by reading back the rows' argmax, a sync
 /// that moves a few bytes.
 pub fn time_forward<B: Backend>(target: &Model<B>, model: &DflashModel<B>, prompt: &[u32], reps: usize) -> Result<f64> {
-    if reps == 0 || prompt.is_empty() {
-        return Err(EngineError::InvalidArgument("timing a drafter's forward needs a prompt and a rep".into()));
-    }
+    check_timing("timing a drafter's forward", prompt, reps)?;
     let mut cache = target.new_cache();
     let mut context = model.new_context()?;
     let layers = &model.config.target_layer_ids;
@@ -178,4 +174,19 @@ pub fn table(round: &RoundTiming, beside: &[BesideVerify], estimates: &[Estimate
         out += &format!("cost model: tau x t(1) / (t(T) + round)\n{t}\n");
     }
     out
+}
+
+/// A timing needs a prompt to prefill and at least one rep to time.
+fn check_timing(op: &'static str, prompt: &[u32], reps: usize) -> Result<()> {
+    if prompt.is_empty() {
+        return Err(EngineError::EmptyPrompt { op });
+    }
+    if reps == 0 {
+        return Err(EngineError::ArgumentOutOfRange {
+            what: format!("{op}'s reps"),
+            value: 0,
+            limit: "at least 1".into(),
+        });
+    }
+    Ok(())
 }

@@ -138,15 +138,17 @@ impl DrafterSpec {
         let config = DflashConfig::parse("config.json (of the drafter spec)", &self.config_json(target), target)?;
         let bytes = self.tensor_bytes(target);
         if bytes.is_none_or(|b| b > Self::MAX_BYTES) {
-            return Err(EngineError::InvalidArgument(format!(
-                "drafter spec: {} layers of {} heads x {} and an MLP of {} make more than {} bytes of weights \
-                 (Kimi-K2.5-DFlash has 7 GB): fewer layers or smaller ones",
-                self.num_hidden_layers,
-                self.num_attention_heads,
-                self.head_dim,
-                self.intermediate_size,
-                Self::MAX_BYTES
-            )));
+            return Err(EngineError::SpecTooLarge {
+                spec: "drafter spec",
+                sizes: format!(
+                    "{} layers of {} heads x {} and an MLP of {}",
+                    self.num_hidden_layers, self.num_attention_heads, self.head_dim, self.intermediate_size
+                ),
+                max: Self::MAX_BYTES,
+                unit: "bytes of weights",
+                real: "Kimi-K2.5-DFlash has 7 GB",
+                remedy: "fewer layers or smaller ones",
+            });
         }
         Ok(config)
     }

@@ -267,18 +267,27 @@ impl TinySpec {
     /// goes through the engine's own parser and its checks, and the tensors are counted.
     pub fn check(&self) -> Result<()> {
         let config = Config::parse("config.json (of the spec)", &self.config_json())?;
-        let bad = |what: String| Err(EngineError::InvalidArgument(format!("model spec: {what}")));
-        if self.num_hidden_layers == 0 || self.vocab_size == 0 || self.hidden_size == 0 {
-            return bad("layers, vocabulary and hidden size must be positive".into());
+        let sizes = [
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+        ];
+        if let Some((key, _)) = sizes.into_iter().find(|&(_, size)| size == 0) {
+            return Err(EngineError::ArgumentOutOfRange {
+                what: format!("the model spec's {key}"),
+                value: 0,
+                limit: "layers, vocabulary and hidden size must be positive".into(),
+            });
         }
         if plan::tensor_count(self).is_none_or(|n| n > Self::MAX_TENSORS) {
-            return bad(format!(
-                "{} layers with {} routed experts each make more than {} tensors (Kimi K2 has about 212 000): fewer \
-                 layers or experts",
-                self.num_hidden_layers,
-                self.n_routed_experts,
-                Self::MAX_TENSORS
-            ));
+            return Err(EngineError::SpecTooLarge {
+                spec: "model spec",
+                sizes: format!("{} layers with {} routed experts each", self.num_hidden_layers, self.n_routed_experts),
+                max: Self::MAX_TENSORS,
+                unit: "tensors",
+                real: "Kimi K2 has about 212 000",
+                remedy: "fewer layers or experts",
+            });
         }
         let moe = (0..self.num_hidden_layers).any(|i| config.is_moe_layer(i));
         for k in [self.hidden_size, self.moe_intermediate_size] {

@@ -236,7 +236,12 @@ pub(crate) fn shard_of(units: &[Unit], sharding: Sharding) -> Result<(Vec<usize>
     let mut shard = Vec::with_capacity(units.len());
     match sharding {
         Sharding::Count(0) | Sharding::MaxBytes(0) => {
-            return Err(EngineError::InvalidArgument("a model needs at least one shard of at least one byte".into()));
+            let what = if matches!(sharding, Sharding::Count(_)) { "the shard count" } else { "the shard size" };
+            return Err(EngineError::ArgumentOutOfRange {
+                what: what.into(),
+                value: 0,
+                limit: "a model needs at least one shard of at least one byte".into(),
+            });
         }
         // Cut where the running byte count crosses each n-th of the total.
         Sharding::Count(n) => {

@@ -49,7 +49,7 @@ impl<'a> Shard<'a> {
         }
         // What Hugging Face's save_pretrained records: the framework the tensors came from.
         let format = HashMap::from([("format".to_owned(), "pt".to_owned())]);
-        let bad = |reason: String| EngineError::InvalidArgument(format!("shard {name}: {reason}"));
+        let bad = |reason: String| EngineError::ShardHeader { shard: name.clone(), reason };
         let metadata = Metadata::new(Some(format), infos).map_err(|e| bad(e.to_string()))?;
         let mut header = serde_json::to_string(&metadata).map_err(|e| bad(e.to_string()))?.into_bytes();
         header.resize(header.len().next_multiple_of(8), b' ');

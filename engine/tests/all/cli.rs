@@ -325,6 +325,41 @@ fn a_closed_stdout_ends_quietly() {
     }
 }
 
+/// A tiny model with the fixture tokenizer (its 676 ids), for `generate --prompt`.
+fn tiny_with_tokenizer() -> tempfile::TempDir {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/text/kimi");
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&fixture).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    write_tiny_model(dir.path(), &TinySpec { vocab_size: 676, ..TinySpec::default() }).unwrap();
+    dir
+}
+
+#[test]
+fn text_streamed_to_a_closed_stdout_ends_quietly_and_to_a_full_one_names_stdout() {
+    let model = tiny_with_tokenizer();
+    let generate = ["generate", "--backend", "cpu", "--model", model.path().to_str().unwrap(), "--prompt", "Hello"];
+    let args: Vec<&str> = generate.into_iter().chain(["--max-new", "8", "--ignore-eos"]).collect();
+    // The answer streams as text, a token at a time, before the closing newline.
+    let output = Command::new(env!("CARGO_BIN_EXE_kdtree-engine")).args(&args).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stdout.trim().is_empty(), "no text streamed: {stdout:?}\n{stderr}");
+
+    let output = to_closed_pipe(&args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{args:?}: {:?}\n{stderr}", output.status);
+    assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+
+    let output = to_full_disk(&args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    assert_says(&stderr, &["stdout", "No space left on device"]);
+}
+
 /// `generate` on `model` with `args`, killed after 60 s: a FIFO opened for reading blocks until a
 /// writer comes, so a regression fails here rather than hanging the test run.
 fn generate_within_a_minute(model: &Path, args: &[&str]) -> Output {

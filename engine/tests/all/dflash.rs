@@ -316,7 +316,7 @@ fn bad_rounds_are_errors() {
     let width = drafter.config.tap_width();
     let b = target.backend();
     let e = drafter.extend_context(&mut ctx, &b.upload(&vec![0.5; width + 1], width + 1).unwrap()).unwrap_err();
-    assert!(matches!(e, EngineError::InvalidArgument(_)), "{e}");
+    assert!(matches!(e, EngineError::Shape { op: "DFlash context", .. }), "{e}");
     assert!(ctx.is_empty());
     let e = drafter.draft_logits(&target, &ctx, 256).unwrap_err();
     assert!(matches!(e, EngineError::TokenOutOfRange { id: 256, .. }), "{e}");
@@ -373,7 +373,7 @@ fn taps_are_the_hidden_states_the_logits_come_from() {
     assert_eq!(chunks, [2, 2, 1]);
     assert_eq!(prefill_taps, taps);
     let e = target.forward_argmax_tapped(&mut target.new_cache(), &tokens, &positions, None, &[3]).unwrap_err();
-    assert!(matches!(e, EngineError::InvalidArgument(_)), "{e}");
+    assert!(matches!(e, EngineError::ArgumentOutOfRange { value: 3, .. }), "{e}");
 }
 
 /// Passes everything to a DFlash drafter and keeps what it was committed.

@@ -12,7 +12,7 @@ use kdtree_engine::cuda::CudaBackend;
 use kdtree_engine::registry::{Backend, ComputeDtype, KvDtype};
 use kdtree_engine::spec::TreeLimits;
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
-use kdtree_engine::{Model, greedy_generate};
+use kdtree_engine::{EngineError, Model, greedy_generate};
 
 #[derive(serde::Deserialize)]
 struct Fixture {
@@ -84,7 +84,7 @@ fn the_f32_fixture_tells_the_dtypes_apart() {
     // the reference's: agreement on every case is evidence of f32 arithmetic, not of luck.
     let (agree, total) = agreement("cpu --dtype bf16", |dir| {
         let model = Model::load_as(dir, Arc::new(kdtree_engine::cpu::CpuBackend), Some(ComputeDtype::Bf16)).unwrap();
-        assert_eq!(model.dtypes().to_string(), "bf16 (--dtype; the checkpoint is f32)");
+        assert_eq!(model.dtypes().to_string(), "bf16 (asked for; the checkpoint is f32)");
         assert_eq!(model.heads().kv, KvDtype::Bf16);
         model
     });
@@ -128,8 +128,11 @@ fn generate_states_the_compute_dtype_and_dtype_chooses_it() {
         assert!(parts.iter().all(|p| stderr.contains(p)), "{args:?}: {stderr}\nshould say {parts:?}");
     };
     says(&[], &["compute dtype: f32 (the checkpoint's)", "KV cache: MLA latent in f32"]);
-    says(&["--dtype", "bf16"], &["compute dtype: bf16 (--dtype; the checkpoint is f32)", "MLA latent in bf16"]);
-    says(&["--dtype", "f16", "--kv-dtype", "f32"], &["compute dtype: f16 (--dtype; the checkpoint is f32)", "in f32"]);
+    says(&["--dtype", "bf16"], &["compute dtype: bf16 (asked for; the checkpoint is f32)", "MLA latent in bf16"]);
+    says(
+        &["--dtype", "f16", "--kv-dtype", "f32"],
+        &["compute dtype: f16 (asked for; the checkpoint is f32)", "in f32"],
+    );
     says(&["--dtype", "f32"], &["compute dtype: f32 (the checkpoint's)"]);
     // fp8: 32 e4m3 codes and a scale byte padded to 48 bytes, 16 bf16 rope values: 80 bytes a layer.
     says(&["--dtype", "bf16", "--kv-dtype", "fp8"], &["MLA latent in fp8, 80 bytes a token a layer"]);
@@ -222,7 +225,10 @@ fn cuda_f32_logits_follow_the_cpus_closely_and_ddtree_equals_greedy() {
 fn cuda_refuses_f16_compute_and_keeps_a_bf16_checkpoint_in_bf16() {
     let dir = written(&TinySpec { seed: 5, ..TinySpec::default() });
     let err = Model::load_as(dir.path(), Arc::new(crate::gpu_common::cuda()), Some(ComputeDtype::F16)).unwrap_err();
-    assert!(err.to_string().contains("cannot compute in f16") && err.to_string().contains("--dtype bf16"), "{err}");
+    // What is accepted, and no flag: the CLI names --dtype (cli::name_the_flag).
+    let message = err.to_string();
+    assert!(message.contains("cannot compute in f16") && message.contains("bf16 or f32"), "{message}");
+    assert!(!message.contains("--") && matches!(err, EngineError::ComputeDtype { .. }), "{message}");
     // A bf16 checkpoint loads as it always has: bf16 weights, a bf16 cache, the f32 cache refused.
     let mut model = on_cuda(dir.path(), None);
     assert_eq!((model.dtypes().compute, model.heads().kv), (ComputeDtype::Bf16, KvDtype::Bf16));

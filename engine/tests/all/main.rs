@@ -4,6 +4,7 @@
 //! --test-threads 1` on a GPU machine (a module's name, such as `cuda::`, narrows it). Fixtures live in
 //! `tests/fixtures`, the NumPy reference in `tests/reference`.
 
+mod arguments;
 mod backend_choice;
 mod cli;
 mod config;

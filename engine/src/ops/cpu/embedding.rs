@@ -4,12 +4,10 @@ use crate::error::{EngineError, Result};
 pub fn embedding(table: &[f32], dim: usize, ids: &[u32], out: &mut [f32]) -> Result<()> {
     let vocab = table.len() / dim.max(1);
     if out.len() != ids.len() * dim {
-        return Err(EngineError::InvalidArgument(format!(
-            "embedding: out holds {} values, {} ids x {dim} need {}",
-            out.len(),
-            ids.len(),
-            ids.len() * dim
-        )));
+        return Err(EngineError::shape(
+            "embedding",
+            format!("out holds {} values, {} ids x {dim} need {}", out.len(), ids.len(), ids.len() * dim),
+        ));
     }
     for (&id, o) in ids.iter().zip(out.chunks_exact_mut(dim.max(1))) {
         let row = table.get(id as usize * dim..(id as usize + 1) * dim);

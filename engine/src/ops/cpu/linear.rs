@@ -13,11 +13,10 @@ const FEATURE_BLOCK: usize = 16;
 pub fn linear(x: &[f32], m: usize, w: &[f32], n: usize) -> Result<Vec<f32>> {
     let k = w.len().checked_div(n).unwrap_or(0);
     if w.len() != n * k || x.len() != m * k {
-        return Err(EngineError::InvalidArgument(format!(
-            "linear: x holds {} values for {m} rows, w {} values for {n} rows: K disagrees",
-            x.len(),
-            w.len()
-        )));
+        return Err(EngineError::shape(
+            "linear",
+            format!("x holds {} values for {m} rows, w {} values for {n} rows: K disagrees", x.len(), w.len()),
+        ));
     }
     if m == 0 || n == 0 {
         return Ok(vec![0.0; m * n]);
@@ -39,10 +38,10 @@ pub fn linear(x: &[f32], m: usize, w: &[f32], n: usize) -> Result<Vec<f32>> {
 pub fn dense_linear(x: &[f32], m: usize, w: &DenseWeight) -> Result<Vec<f32>> {
     let (n, k) = (w.n, w.k);
     if x.len() != m * k {
-        return Err(EngineError::InvalidArgument(format!(
-            "linear: x holds {} values for {m} rows, the weight's K is {k}",
-            x.len()
-        )));
+        return Err(EngineError::shape(
+            "linear",
+            format!("x holds {} values for {m} rows, the weight's K is {k}", x.len()),
+        ));
     }
     if let DenseValues::F32(values) = &w.values {
         return linear(x, m, values, n);

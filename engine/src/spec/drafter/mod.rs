@@ -70,10 +70,10 @@ impl Draft {
     /// From full log-probability rows `[len, vocab]`: keeps each row's best `top_k` finite entries.
     pub fn from_log_probs(rows: &[f32], vocab: usize, top_k: usize) -> Result<Draft> {
         if vocab == 0 || !rows.len().is_multiple_of(vocab) {
-            return Err(EngineError::InvalidArgument(format!(
-                "draft rows of {} values are not whole rows of vocab {vocab}",
-                rows.len()
-            )));
+            return Err(EngineError::shape(
+                "draft",
+                format!("rows of {} values are not whole rows of vocab {vocab}", rows.len()),
+            ));
         }
         let depths =
             rows.chunks(vocab).map(|row| cpu::top_k(row, top_k).into_iter().map(Choice::from).collect()).collect();
@@ -91,10 +91,7 @@ impl Draft {
             list.retain(|c| c.log_prob.is_finite());
             list.sort_by(|a, b| cpu::rank_order(&(a.token, a.log_prob), &(b.token, b.log_prob)));
             if has_duplicates(&list) {
-                return Err(EngineError::InvalidArgument(format!(
-                    "draft depth {}: a token is listed twice",
-                    depth + 1
-                )));
+                return Err(EngineError::shape("draft", format!("depth {}: a token is listed twice", depth + 1)));
             }
             list.truncate(top_k);
             out.push(list);

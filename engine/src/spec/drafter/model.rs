@@ -83,10 +83,10 @@ impl<B: Backend> Session<B> {
 
 pub(super) fn check_vocab<B: Backend>(model: &Model<B>, target_vocab: usize) -> Result<()> {
     if model.config.vocab_size != target_vocab {
-        return Err(EngineError::InvalidArgument(format!(
-            "the draft model's vocabulary ({}) differs from the target's ({target_vocab})",
-            model.config.vocab_size
-        )));
+        return Err(EngineError::shape(
+            "draft model",
+            format!("its vocabulary ({}) differs from the target's ({target_vocab})", model.config.vocab_size),
+        ));
     }
     Ok(())
 }

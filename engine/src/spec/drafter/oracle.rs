@@ -33,10 +33,14 @@ impl NoisyOracle {
     /// least 2 tokens (there must be wrong ones).
     pub fn new(truth: Vec<u32>, p: f64, seed: u64, vocab: usize) -> Result<NoisyOracle> {
         if !(0.0..=1.0).contains(&p) {
-            return Err(EngineError::InvalidArgument(format!("the noisy oracle's p is {p}, not in [0, 1]")));
+            return Err(EngineError::NotAProbability { what: "the noisy oracle's p", value: p });
         }
         if vocab < 2 {
-            return Err(EngineError::InvalidArgument(format!("a noisy oracle needs 2 tokens or more, not {vocab}")));
+            return Err(EngineError::ArgumentOutOfRange {
+                what: "the noisy oracle's vocabulary".into(),
+                value: vocab as u64,
+                limit: "it needs 2 tokens or more (there must be wrong ones)".into(),
+            });
         }
         if let Some(&t) = truth.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::TokenOutOfRange { id: t, vocab });
@@ -75,8 +79,9 @@ impl NoisyOracle {
 impl<B: Backend> Drafter<B> for NoisyOracle {
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft> {
         if self.truth.get(context.len()) != Some(&bonus) || !self.truth.starts_with(context) {
-            return Err(EngineError::InvalidArgument(
-                "the noisy oracle was asked about a text that is not greedy decoding's".into(),
+            return Err(EngineError::shape(
+                "noisy oracle",
+                "asked to draft after a text that is not greedy decoding's, the only one it knows".into(),
             ));
         }
         let depths = (1..=len).map(|d| self.depth(context.len(), d, top_k)).collect();

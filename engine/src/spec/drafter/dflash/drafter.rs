@@ -26,12 +26,15 @@ impl<B: Backend> Drafter<B> for DflashDrafter<'_, B> {
     fn draft(&mut self, context: &[u32], bonus: u32, len: usize, top_k: usize) -> Result<Draft> {
         // The block's positions follow the features committed; they must be the text's.
         if self.context.len() != context.len() {
-            return Err(EngineError::InvalidArgument(format!(
-                "the DFlash drafter holds the target's features of {} tokens, the context has {}: every committed \
-                 token's features must be committed to it",
-                self.context.len(),
-                context.len()
-            )));
+            return Err(EngineError::shape(
+                "DFlash draft",
+                format!(
+                    "the drafter holds the target's features of {} tokens, the context has {}: every committed \
+                     token's features must be committed to it",
+                    self.context.len(),
+                    context.len()
+                ),
+            ));
         }
         // Only each row's top_k leave the backend; the bonus row drafts nothing.
         let logits = self.model.block_logits(self.target, &self.context, bonus)?;

@@ -46,13 +46,16 @@ impl<B: Backend> DflashModel<B> {
     pub fn extend_context(&self, ctx: &mut DflashContext<B>, taps: &B::Tensor) -> Result<()> {
         let (c, b) = (&self.config, &*self.backend);
         if taps.cols() != c.tap_width() {
-            return Err(EngineError::InvalidArgument(format!(
-                "DFlash context: taps of {} values a token, not {} ({} target layers x hidden {})",
-                taps.cols(),
-                c.tap_width(),
-                c.target_layer_ids.len(),
-                c.hidden_size
-            )));
+            return Err(EngineError::shape(
+                "DFlash context",
+                format!(
+                    "taps of {} values a token, not {} ({} target layers x hidden {})",
+                    taps.cols(),
+                    c.tap_width(),
+                    c.target_layer_ids.len(),
+                    c.hidden_size
+                ),
+            ));
         }
         let rows = taps.rows();
         let batch = self.batch(ctx.len, rows)?;
