@@ -89,8 +89,8 @@ impl std::fmt::Display for TuneSummary {
 /// stale one, or only another bucket's), read as the load reads the DB: the W4A16 (shape, M bucket)
 /// pairs [`plan`] plans (exact mode's one bucket of `m`, or every bucket in fast mode; with grouped
 /// MoE, routed experts are left out: they do not run per-shape kernels), the grouped MoE step
-/// unless a variant is given, and the dense shapes at the M their plan asks for ([`planned_m`];
-/// none past the streamed family's rows).
+/// unless a variant is given, and the dense shapes at the M their plan asks for (exact mode's M,
+/// none past [`MAX_STREAMED_ROWS`](super::MAX_STREAMED_ROWS); fast mode's 1).
 pub fn missing(
     planned: &PlannedWeights,
     moe: MoeKernels,
