@@ -20,8 +20,18 @@ pub const NVRTC_DIR_ENV: &str = "KDTREE_NVRTC_DIR";
 /// The NVRTC soname cudarc's `cuda-13000` build opens.
 const NVRTC_LIB: &str = "libnvrtc.so.13";
 
-/// NVRTC's functions that a library must define to be taken for it: the first two kdtree calls.
-const NVRTC_SYMBOLS: [&str; 2] = ["nvrtcVersion", "nvrtcCreateProgram"];
+/// NVRTC's functions that a library must define to be taken for it: every one kdtree calls (through
+/// cudarc, which resolves each at its first call and panics where one lacks).
+const NVRTC_SYMBOLS: [&str; 8] = [
+    "nvrtcVersion",
+    "nvrtcCreateProgram",
+    "nvrtcCompileProgram",
+    "nvrtcGetProgramLogSize",
+    "nvrtcGetProgramLog",
+    "nvrtcGetCUBINSize",
+    "nvrtcGetCUBIN",
+    "nvrtcDestroyProgram",
+];
 
 /// Where `pip install --target DIR nvidia-cuda-nvrtc` puts the libraries, under DIR.
 const PIP_LIB_DIR: &str = "nvidia/cu13/lib";
@@ -137,7 +147,7 @@ pub(crate) fn check_driver() -> Result<()> {
 }
 
 /// `Ok` when `path` is a whole ELF library named [`NVRTC_LIB`] that defines the functions kdtree
-/// calls first: cudarc finds it by that soname once it is preloaded, and panics where a symbol lacks.
+/// calls: cudarc finds it by that soname once it is preloaded, and panics where a symbol lacks.
 fn check_nvrtc(path: &Path) -> Result<()> {
     let bad = |problem| Error::BadLibrary { path: path.to_owned(), library: "NVRTC (libnvrtc.so.13)", problem };
     let dynamic = elf::read_dynamic(path).map_err(bad)?;
@@ -194,6 +204,38 @@ mod tests {
         std::fs::write(lib.join(NVRTC_LIB), b"").unwrap();
         assert_eq!(NvrtcSearch::explicit(root.path()).locate().unwrap(), NvrtcLocation::Dir(lib.clone()));
         assert_eq!(NvrtcSearch::explicit(&lib).locate().unwrap(), NvrtcLocation::Dir(lib));
+    }
+
+    /// The workspace's NVRTC from PyPI (`scripts/nvrtc.sh` installs it before the tests).
+    fn pip_nvrtc() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/nvrtc").join(PIP_LIB_DIR).join(NVRTC_LIB)
+    }
+
+    #[test]
+    fn a_library_lacking_a_function_called_after_the_first_ones_is_refused_naming_it() {
+        let real = pip_nvrtc();
+        check_nvrtc(&real).expect("NVRTC from PyPI (scripts/nvrtc.sh installs it) is taken");
+        let bytes = std::fs::read(&real).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // Each symbol's name renamed where it is stored (its last letter changed), as a library that
+        // lacks it would be: cudarc would panic at the first call that needs it.
+        for symbol in ["nvrtcCompileProgram", "nvrtcGetCUBIN", "nvrtcDestroyProgram"] {
+            let name = format!("{symbol}\0").into_bytes();
+            let mut patched = bytes.clone();
+            let at: Vec<usize> =
+                patched.windows(name.len()).enumerate().filter(|(_, w)| *w == name).map(|(i, _)| i).collect();
+            assert!(!at.is_empty(), "{symbol} is in the real library");
+            for i in at {
+                patched[i + name.len() - 2] ^= 0x20;
+            }
+            let lib = dir.path().join(NVRTC_LIB);
+            std::fs::write(&lib, &patched).unwrap();
+            let err = check_nvrtc(&lib).unwrap_err();
+            assert!(
+                matches!(&err, Error::BadLibrary { problem: LibraryProblem::MissingSymbol { symbol: s }, .. } if *s == symbol),
+                "{symbol}: {err:?}"
+            );
+        }
     }
 
     #[test]
