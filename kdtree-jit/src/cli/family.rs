@@ -32,6 +32,8 @@ pub enum Family {
 /// One point of a family's space as `list` reports it.
 #[derive(Serialize)]
 pub struct Point {
+    /// The family's space, as its names begin.
+    pub family: &'static str,
     pub name: String,
     pub template: String,
     pub valid: bool,
@@ -43,7 +45,8 @@ fn points_of<V: Variant + Serialize>(target: &Target) -> anyhow::Result<Vec<Poin
     let point = |v: &V| -> anyhow::Result<Point> {
         let reason = v.check(target).err().map(|invalid| invalid.to_string());
         let axes = serde_json::to_value(v)?;
-        Ok(Point { name: v.name(), template: v.template(), valid: reason.is_none(), reason, axes })
+        let (family, name, template) = (V::SPACE, v.name(), v.template());
+        Ok(Point { family, name, template, valid: reason.is_none(), reason, axes })
     };
     V::all().iter().map(point).collect()
 }

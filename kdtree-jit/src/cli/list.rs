@@ -19,25 +19,31 @@ pub struct Args {
     /// Print JSON (one object per variant, with its axes) instead of a table.
     #[arg(long)]
     json: bool,
-    /// Which kernel family.
-    #[arg(long, value_enum, default_value = "tiles")]
-    family: Family,
+    /// Which kernel families (repeat the flag for several) [default: every family].
+    #[arg(long, value_enum)]
+    family: Vec<Family>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let arch = super::arch_or_device(args.arch)?;
-    let all = args.family.points(arch)?;
-    let total = all.len();
-    let listed: Vec<_> = all.into_iter().filter(|l| args.all || l.valid).collect();
+    let families: Vec<Family> =
+        if args.family.is_empty() { clap::ValueEnum::value_variants().to_vec() } else { args.family.clone() };
+    let (mut listed, mut counts) = (Vec::new(), Vec::new());
+    for family in families {
+        let all = family.points(arch)?;
+        counts.push((family, all.iter().filter(|p| p.valid).count(), all.len()));
+        listed.extend(all.into_iter().filter(|p| args.all || p.valid));
+    }
     if args.json {
         super::emit(&(serde_json::to_string_pretty(&listed)? + "\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
     let rows: Vec<Vec<String>> =
         listed.iter().map(|l| vec![l.name.clone(), l.reason.clone().unwrap_or_else(|| "valid".into())]).collect();
-    let valid = listed.iter().filter(|l| l.valid).count();
     let mut out = super::table(&["variant", &format!("on {arch}")], &rows);
-    out += &format!("{valid} of {total} {} variants are valid on {arch}\n", args.family.space());
+    for (family, valid, total) in counts {
+        out += &format!("{valid} of {total} {} variants are valid on {arch}\n", family.space());
+    }
     super::emit(&out)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use kdtree_jit::dense16::Dense16;
 use kdtree_jit::w4a16::W4a16;
 use kdtree_jit::{Arch, Target, Variant};
 
@@ -26,18 +27,34 @@ fn help_names_every_environment_variable() {
 }
 
 #[test]
-fn list_json_holds_the_valid_variants_and_all_adds_the_invalid_with_reasons() {
+fn list_json_holds_the_valid_variants_of_every_family_and_all_adds_the_invalid_with_reasons() {
     let valid: serde_json::Value =
         serde_json::from_str(&stdout(&kdtree_jit(&["list", "--arch", "sm_90", "--json"]))).unwrap();
-    let names: Vec<&str> = valid.as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    let of = |family: &str| -> Vec<&str> {
+        let points = valid.as_array().unwrap().iter().filter(|v| v["family"] == family);
+        points.map(|v| v["name"].as_str().unwrap()).collect()
+    };
     let expected: Vec<String> = W4a16::valid(&Target { arch: Arch(90) }).iter().map(Variant::name).collect();
-    assert_eq!(names, expected);
+    assert_eq!(of(W4a16::SPACE), expected);
+    // Every family by default: the grouped MoE, MLA and dense16 ones too, and wgmma (sm_90a).
+    for family in ["w4a16_wgmma", "w4a16_grouped", "mla_decode", "dense16"] {
+        assert!(!of(family).is_empty(), "{family}");
+    }
+    let one: serde_json::Value =
+        serde_json::from_str(&stdout(&kdtree_jit(&["list", "--arch", "90", "--family", "tiles", "--json"]))).unwrap();
+    assert_eq!(one.as_array().unwrap().len(), expected.len());
 
-    let all: serde_json::Value =
-        serde_json::from_str(&stdout(&kdtree_jit(&["list", "--arch", "90", "--all", "--json"]))).unwrap();
+    let all: serde_json::Value = serde_json::from_str(&stdout(&kdtree_jit(&[
+        "list", "--arch", "90", "--family", "tiles", "--family", "dense16", "--all", "--json",
+    ])))
+    .unwrap();
     let all = all.as_array().unwrap();
-    assert_eq!(all.len(), W4a16::all().len());
+    assert_eq!(all.len(), W4a16::all().len() + Dense16::all().len());
     assert!(all.iter().all(|v| v["valid"].as_bool().unwrap() == v["reason"].is_null()));
+    // The table ends with each family's count.
+    let table = stdout(&kdtree_jit(&["list", "--arch", "90"]));
+    assert!(table.contains(&format!("{} of {} w4a16 variants are valid on sm_90", expected.len(), W4a16::all().len())));
+    assert!(table.contains("dense16 variants are valid on sm_90"), "{}", &table[table.len() - 600..]);
 }
 
 #[test]
