@@ -33,7 +33,7 @@ pub struct ForwardRow {
 
 impl ForwardRow {
     /// The share of the profiled forward's GPU time spent in attention (with its cache writes).
-    pub fn attention_share(&self) -> f64 {
+    pub(crate) fn attention_share(&self) -> f64 {
         let total: f64 = self.split_us.iter().map(|(_, us)| us).sum();
         let attention: f64 = self.split_us.iter().filter(|(c, _)| c == "attention").map(|(_, us)| us).sum();
         if total > 0.0 { attention / total } else { 0.0 }

@@ -52,7 +52,7 @@ pub fn greedy_generate_timed<B: Backend>(
 /// [`greedy_generate_timed`], handing each token to `on_token` as soon as it is decoded (to print
 /// its text, to look for a stop string): generation stops after a token for which it returns true,
 /// and fails with its error.
-pub fn greedy_generate_streamed<B: Backend>(
+pub(crate) fn greedy_generate_streamed<B: Backend>(
     model: &Model<B>,
     prompt: &[u32],
     max_new: usize,

@@ -60,6 +60,6 @@ pub mod tiny;
 
 pub use cpu::KvCache;
 pub use error::{EngineError, Result};
-pub use generate::{Generation, greedy_generate, greedy_generate_streamed, greedy_generate_timed};
+pub use generate::{Generation, greedy_generate, greedy_generate_timed};
 pub use mask::TreeMask;
 pub use model::{Config, Model, WeightBytes};

@@ -49,7 +49,7 @@ impl TreeMask {
     }
 
     /// The mask as the MLA kernels read it.
-    pub fn new_mask(&self) -> &NewMask {
+    pub(crate) fn new_mask(&self) -> &NewMask {
         &self.mask
     }
 

@@ -24,7 +24,7 @@ impl Arch {
     /// [`Arch::smem_per_block_max`] knows: Ampere (80, 86, 87), Ada (89), Hopper (90), Blackwell
     /// (100, 103, 120, 121). The project's own targets are sm_90 and sm_120. A device's arch is
     /// taken as the driver reports it, known or not.
-    pub const KNOWN: [u32; 9] = [80, 86, 87, 89, 90, 100, 103, 120, 121];
+    pub(crate) const KNOWN: [u32; 9] = [80, 86, 87, 89, 90, 100, 103, 120, 121];
 
     /// Hopper's arch-specific target: what `wgmma` needs.
     pub const SM_90A: Arch = Arch(90).specific();
@@ -34,7 +34,7 @@ impl Arch {
         Arch(self.0 | SPECIFIC)
     }
 
-    pub const fn is_specific(self) -> bool {
+    pub(crate) const fn is_specific(self) -> bool {
         self.0 & SPECIFIC != 0
     }
 
@@ -64,7 +64,7 @@ impl Arch {
     }
 
     /// [`Arch::KNOWN`] as `sm_80, sm_86, ...`.
-    pub fn known_list() -> String {
+    pub(crate) fn known_list() -> String {
         Self::KNOWN.map(|c| Arch(c).to_string()).join(", ")
     }
 
@@ -77,7 +77,7 @@ impl Arch {
 impl FromStr for Arch {
     type Err = Error;
 
-    /// Accepts `sm_90`, `90`, and the arch-specific `sm_90a`, `90a`, of the [`Arch::KNOWN`]
+    /// Accepts `sm_90`, `90`, and the arch-specific `sm_90a`, `90a`, of the `Arch::KNOWN`
     /// capabilities (an arch-specific target from sm_90 on); any other number is
     /// [`Error::UnknownArch`], which lists them, not an NVRTC option error later.
     fn from_str(s: &str) -> Result<Arch> {

@@ -23,9 +23,9 @@ pub fn present() -> bool {
 }
 
 /// The workspace NVIDIA recommends for Hopper and newer.
-pub const WORKSPACE_BYTES: usize = 32 << 20;
+pub(crate) const WORKSPACE_BYTES: usize = 32 << 20;
 
-/// Gives `blas` a workspace of [`WORKSPACE_BYTES`] on `stream` (the handle's), so that cuBLAS never
+/// Gives `blas` a workspace of `WORKSPACE_BYTES` on `stream` (the handle's), so that cuBLAS never
 /// allocates one of its own while a stream is captured into a CUDA graph. The caller keeps the
 /// buffer alive as long as the handle, and drops the handle first.
 pub fn set_workspace(blas: &CudaBlas, stream: &Arc<CudaStream>) -> Result<CudaSlice<u8>> {
@@ -101,7 +101,7 @@ impl Compute {
 /// cuBLAS is column-major: it sees row-major W as Wᵀ [k, n] and Y as Yᵀ [n, m], so it computes
 /// `Yᵀ = op(W) · Xᵀ` with op = transpose, leading dimensions k, k and n.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm<T: DeviceRepr, U: DeviceRepr>(
+pub(crate) fn gemm<T: DeviceRepr, U: DeviceRepr>(
     blas: &CudaBlas,
     stream: &Arc<CudaStream>,
     types: (GemmType, GemmType),
@@ -113,7 +113,7 @@ pub fn gemm<T: DeviceRepr, U: DeviceRepr>(
     gemm_with(blas, stream, Compute::F32, types, dims, x, w, y)
 }
 
-/// [`gemm`] computed as `compute` says.
+/// `gemm` computed as `compute` says.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_with<T: DeviceRepr, U: DeviceRepr>(
     blas: &CudaBlas,

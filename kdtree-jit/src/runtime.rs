@@ -42,13 +42,13 @@ impl Gpu {
     /// Loads a compiled module once with several of its `extern "C"` entries (a template may define
     /// more than its variant's function). The cubin must be for this GPU's arch, or its
     /// arch-specific target.
-    pub fn load_entries<const N: usize>(&self, c: &Compiled, names: [String; N]) -> Result<[CudaFunction; N]> {
+    pub(crate) fn load_entries<const N: usize>(&self, c: &Compiled, names: [String; N]) -> Result<[CudaFunction; N]> {
         let functions = self.load_named(c, &names)?;
         Ok(functions.try_into().unwrap_or_else(|_| unreachable!("one function per name")))
     }
 
     /// [`load_entries`](Gpu::load_entries) for a list of names known at run time, in their order.
-    pub fn load_named(&self, c: &Compiled, names: &[String]) -> Result<Vec<CudaFunction>> {
+    pub(crate) fn load_named(&self, c: &Compiled, names: &[String]) -> Result<Vec<CudaFunction>> {
         if !c.arch.runs_on(self.arch) {
             return Err(Error::WrongArch { name: c.name.clone(), compiled: c.arch, device: self.arch });
         }

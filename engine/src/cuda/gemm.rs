@@ -8,12 +8,12 @@
 //! weight-streaming shapes a decode step runs (GPU.md), so this costs the padded rows' output writes.
 
 /// The element type of X and W.
-pub use kdtree_jit::cublas::GemmType as GemmInput;
+pub(crate) use kdtree_jit::cublas::GemmType as GemmInput;
 
 /// The rows of every cuBLAS call in exact mode.
-pub const EXACT_ROWS: usize = 128;
+pub(crate) const EXACT_ROWS: usize = 128;
 
 /// Rows `m` rounded up to whole exact-mode chunks.
-pub fn padded_rows(m: usize) -> usize {
+pub(crate) fn padded_rows(m: usize) -> usize {
     m.div_ceil(EXACT_ROWS) * EXACT_ROWS
 }

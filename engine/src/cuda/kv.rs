@@ -113,7 +113,7 @@ impl CudaKv {
     }
 
     /// Tokens with room now.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.chunks.len() * CHUNK_PAGES * PAGE_TOKENS
     }
 
@@ -188,7 +188,7 @@ impl CudaKv {
 /// The graphs recorded from one cache, by batch size and tapped layers ([`super::graph`] records and
 /// replays them).
 #[derive(Default)]
-pub struct Graphs {
+pub(crate) struct Graphs {
     pub(super) seen: HashSet<GraphKey>,
     pub(super) recorded: HashMap<GraphKey, Recorded>,
 }
@@ -198,7 +198,7 @@ pub(super) type GraphKey = (usize, Vec<usize>);
 
 impl Graphs {
     /// How many sizes are recorded.
-    pub fn recorded(&self) -> usize {
+    pub(crate) fn recorded(&self) -> usize {
         self.recorded.len()
     }
 }

@@ -67,13 +67,13 @@ pub enum CudaLinear {
 }
 
 impl CudaLinear {
-    pub fn n(&self) -> usize {
+    pub(crate) fn n(&self) -> usize {
         match self {
             CudaLinear::Dense { n, .. } | CudaLinear::Dense32 { n, .. } | CudaLinear::Int4 { n, .. } => *n,
         }
     }
 
-    pub fn k(&self) -> usize {
+    pub(crate) fn k(&self) -> usize {
         match self {
             CudaLinear::Dense { k, .. } | CudaLinear::Dense32 { k, .. } | CudaLinear::Int4 { k, .. } => *k,
         }
@@ -81,7 +81,7 @@ impl CudaLinear {
 
     /// The 16-bit type the weight's input rows are rounded to: the INT4 weight's activation dtype
     /// (its scales'), or the dense weight's dtype; `None` for an f32 weight, which reads f32 rows.
-    pub fn half_dtype(&self) -> Option<Dtype> {
+    pub(crate) fn half_dtype(&self) -> Option<Dtype> {
         match self {
             CudaLinear::Dense { dtype, .. } => Some(*dtype),
             CudaLinear::Dense32 { .. } => None,
@@ -90,7 +90,7 @@ impl CudaLinear {
     }
 
     /// [`Self::half_dtype`], bf16 for an f32 weight: for the paths that take 16-bit rows only.
-    pub fn dtype(&self) -> Dtype {
+    pub(crate) fn dtype(&self) -> Dtype {
         self.half_dtype().unwrap_or(Dtype::Bf16)
     }
 

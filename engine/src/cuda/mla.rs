@@ -21,14 +21,14 @@ use crate::error::{EngineError, Result};
 use crate::registry::{Backend, ComputeDtype, Heads, HostLinear, KvDtype};
 
 /// Tokens a page holds: a multiple of every MLA variant's key tile.
-pub const PAGE_TOKENS: usize = 64;
+pub(crate) const PAGE_TOKENS: usize = 64;
 /// The most bytes of split partials one attention launch writes: rows run in slices that fit
 /// (K2: 31 rows of 64 heads x 64 splits), so a 1024-token prompt chunk costs no more than a tree.
 const WORKSPACE_BYTES: usize = 256 << 20;
 
 /// The MLA kernels of one GPU over one kind of cache: the decode variant and the aux kernels that
 /// write and read its entries.
-pub struct MlaKernels {
+pub(crate) struct MlaKernels {
     pub(super) gpu: Gpu,
     decode: MlaKernel,
     pub(super) aux: AuxKernel,
@@ -64,13 +64,13 @@ impl MlaKernels {
         })
     }
 
-    pub fn variant(&self) -> &MlaDecode {
+    pub(crate) fn variant(&self) -> &MlaDecode {
         self.decode.variant()
     }
 
     /// Whether attention of many rows widens the layer first: a cache over these kernels then
     /// needs bf16 pages for one layer.
-    pub fn widens(&self) -> bool {
+    pub(crate) fn widens(&self) -> bool {
         self.twin.is_some()
     }
 
@@ -139,7 +139,7 @@ impl CudaAbsorb {
 
     /// The dtype the weight is held in: the compute dtype of the model it was uploaded for (f32, or
     /// bf16 for a 16-bit one, whose caches, bf16 or fp8, read it in bf16).
-    pub fn dtype(&self) -> ComputeDtype {
+    pub(crate) fn dtype(&self) -> ComputeDtype {
         match self {
             CudaAbsorb::Bf16(_) => ComputeDtype::Bf16,
             CudaAbsorb::F32(_) => ComputeDtype::F32,
@@ -150,7 +150,7 @@ impl CudaAbsorb {
 /// The kernels that write, read and attend over a cache of one KV dtype: the tensor-core family
 /// (bf16 or FP8 entries, as its variant says) or the f32 one.
 #[derive(Clone, Debug)]
-pub enum LatentKernels {
+pub(crate) enum LatentKernels {
     TensorCore(Arc<MlaKernels>),
     F32(Arc<MlaF32Kernels>),
 }
@@ -158,7 +158,7 @@ pub enum LatentKernels {
 impl LatentKernels {
     /// Whether attention of many rows widens the layer to bf16 pages of the cache first
     /// ([`MlaKernels::widens`]).
-    pub fn widens(&self) -> bool {
+    pub(crate) fn widens(&self) -> bool {
         matches!(self, LatentKernels::TensorCore(k) if k.widens())
     }
 

@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::registry::Heads;
 
 /// The f32 MLA kernels of one GPU.
-pub struct MlaF32Kernels {
+pub(crate) struct MlaF32Kernels {
     pub(super) gpu: Gpu,
     pub(super) kernel: MlaF32Kernel,
 }
@@ -32,7 +32,7 @@ impl MlaF32Kernels {
         Ok(MlaF32Kernels { gpu: gpu.clone(), kernel: MlaF32Kernel::compile(gpu, variant, cache)? })
     }
 
-    pub fn variant(&self) -> &MlaF32 {
+    pub(crate) fn variant(&self) -> &MlaF32 {
         self.kernel.variant()
     }
 

@@ -50,15 +50,16 @@ use kdtree_jit::{Cache, Gpu, Target, compile_all_for};
 
 pub use kv::{CudaKv, KvBudget};
 pub use linear::{CudaLinear, ShapeKernels};
-pub use mla::{CudaAbsorb, LatentKernels, MlaKernels, PAGE_TOKENS};
-pub use mla_f32::MlaF32Kernels;
+pub use mla::CudaAbsorb;
+pub(crate) use mla::{LatentKernels, MlaKernels};
+pub(crate) use mla_f32::MlaF32Kernels;
 pub use moe::CudaExperts;
 pub use rows::CudaRows;
 pub use select::{Mode, Plan, Source, VariantChoice, WeightShape, default_variant, plan};
 pub use startup_tune::{Missing, StartupProgress, TuneSummary, missing};
 pub use streamed::MAX_STREAMED_ROWS;
 use tensor::HostBatch;
-pub use tensor::{CudaBatch, CudaTensor, MAX_GRAPH_TOKENS};
+pub use tensor::{CudaBatch, CudaTensor};
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
@@ -77,7 +78,7 @@ pub struct CudaOptions {
     pub mode: Mode,
     /// How routed INT4 experts run.
     pub moe: MoeKernels,
-    /// Record each forward size of up to [`MAX_GRAPH_TOKENS`] tokens as a CUDA graph the second
+    /// Record each forward size of up to `MAX_GRAPH_TOKENS` tokens as a CUDA graph the second
     /// time it runs, and replay it after that.
     pub graphs: bool,
     /// How many bytes a KV cache's pages may take.
@@ -468,7 +469,7 @@ impl Backend for CudaBackend {
         Ok(absorb)
     }
 
-    /// f32 for f32 weights (the f32 family, [`MlaF32Kernels`]), else bf16 (the tensor-core family).
+    /// f32 for f32 weights (the f32 family, `MlaF32Kernels`), else bf16 (the tensor-core family).
     fn kv_dtype(&self, f32_weights: bool) -> KvDtype {
         if f32_weights { KvDtype::F32 } else { KvDtype::Bf16 }
     }

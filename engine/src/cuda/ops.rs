@@ -23,7 +23,7 @@ fn bf16_only(op: &'static str, dtype: Dtype) -> Result<()> {
 }
 
 /// The first `x.len()` values of `out` = `x` rounded to `dtype` bits.
-pub fn to_half(k: &Kernels, x: &CudaSlice<f32>, dtype: Dtype, out: &mut CudaSlice<u16>) -> Result<()> {
+pub(crate) fn to_half(k: &Kernels, x: &CudaSlice<f32>, dtype: Dtype, out: &mut CudaSlice<u16>) -> Result<()> {
     match dtype {
         Dtype::Bf16 => kk::f32_to_bf16(k, x, out, x.len())?,
         Dtype::F16 => kk::f32_to_f16(k, x, out, x.len())?,
@@ -32,7 +32,7 @@ pub fn to_half(k: &Kernels, x: &CudaSlice<f32>, dtype: Dtype, out: &mut CudaSlic
 }
 
 /// `out = x` widened from `dtype` bits.
-pub fn from_half(k: &Kernels, x: &CudaSlice<u16>, dtype: Dtype, out: &mut CudaSlice<f32>) -> Result<()> {
+pub(crate) fn from_half(k: &Kernels, x: &CudaSlice<u16>, dtype: Dtype, out: &mut CudaSlice<f32>) -> Result<()> {
     match dtype {
         Dtype::Bf16 => kk::bf16_to_f32(k, x, out, x.len())?,
         Dtype::F16 => kk::f16_to_f32(k, x, out, x.len())?,
@@ -41,7 +41,7 @@ pub fn from_half(k: &Kernels, x: &CudaSlice<u16>, dtype: Dtype, out: &mut CudaSl
 }
 
 /// Rotates `span` of every head of rows of `cols`, row r at `positions[r]`.
-pub fn rope(
+pub(crate) fn rope(
     k: &Kernels,
     x: &mut CudaSlice<f32>,
     cols: usize,
@@ -57,7 +57,7 @@ pub fn rope(
 }
 
 /// DeepSeek-V3's router: ids and weights `[tokens, top_k]`.
-pub fn route(
+pub(crate) fn route(
     k: &Kernels,
     logits: &CudaSlice<f32>,
     bias: &CudaSlice<f32>,
@@ -70,7 +70,7 @@ pub fn route(
 
 /// `dst[idx[start + i]] = f32(src[i])` for `i < m`, half rows of `cols`.
 #[allow(clippy::too_many_arguments)]
-pub fn scatter_rows_to_f32(
+pub(crate) fn scatter_rows_to_f32(
     k: &Kernels,
     src: &CudaSlice<u16>,
     dtype: Dtype,
@@ -85,7 +85,7 @@ pub fn scatter_rows_to_f32(
 }
 
 /// `out = silu(a) * b`, half rows `[a | b]` of `cols`, into half rows.
-pub fn silu_mul_halves_u16(
+pub(crate) fn silu_mul_halves_u16(
     k: &Kernels,
     x: &CudaSlice<u16>,
     rows: usize,
@@ -98,7 +98,7 @@ pub fn silu_mul_halves_u16(
 }
 
 /// Rows `ids` of a half table `[vocab, dim]` into f32 rows; ids were checked on the host.
-pub fn embedding(
+pub(crate) fn embedding(
     k: &Kernels,
     table: &CudaSlice<u16>,
     dtype: Dtype,
@@ -113,7 +113,7 @@ pub fn embedding(
 /// Enqueues the row-wise argmax of `x` (rows of `cols`) into `ids`, and how many values of `x` are
 /// NaN or infinite into `count` (one value); [`read_argmax_checked`] reads both back, waiting for the
 /// GPU once.
-pub fn argmax_checked(
+pub(crate) fn argmax_checked(
     k: &Kernels,
     x: &CudaSlice<f32>,
     cols: usize,
@@ -126,7 +126,11 @@ pub fn argmax_checked(
 }
 
 /// The ids and the count [`argmax_checked`] wrote.
-pub fn read_argmax_checked(k: &Kernels, ids: &CudaSlice<u32>, count: &CudaSlice<u32>) -> Result<(Vec<u32>, usize)> {
+pub(crate) fn read_argmax_checked(
+    k: &Kernels,
+    ids: &CudaSlice<u32>,
+    count: &CudaSlice<u32>,
+) -> Result<(Vec<u32>, usize)> {
     let ids = k.stream().clone_dtoh(ids)?;
     let count = k.stream().clone_dtoh(count)?;
     Ok((ids, count[0] as usize))

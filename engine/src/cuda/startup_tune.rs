@@ -55,11 +55,11 @@ pub struct MoeProblem {
 
 impl Missing {
     /// How many (problem, M bucket) pairs.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.w4a16.iter().map(|(_, buckets)| buckets.len()).sum::<usize>() + self.moe.len() + self.dense16.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -160,7 +160,7 @@ pub enum StartupProgress<'a> {
 
 /// What tuning at startup runs on: W4A16's [`Tuner`], the grouped MoE step's and the streamed
 /// 16-bit family's tuners.
-pub trait StartupTuner: Tuner<Variant = DenseVariant> {
+pub(crate) trait StartupTuner: Tuner<Variant = DenseVariant> {
     /// [`run::tune`] of grouped MoE steps, saving to `db_path` as it goes.
     fn tune_moe(
         &mut self,

@@ -27,7 +27,7 @@ pub const MAX_STREAMED_ROWS: usize = 128;
 
 /// The M whose DB entry picks a shape's variant in `mode`: exact mode's own, where the family may
 /// run it; a decode step's in fast mode.
-pub fn planned_m(mode: Mode) -> Option<usize> {
+pub(crate) fn planned_m(mode: Mode) -> Option<usize> {
     match mode {
         Mode::Exact { m } if m <= MAX_STREAMED_ROWS => Some(m),
         Mode::Exact { .. } => None,
@@ -36,7 +36,7 @@ pub fn planned_m(mode: Mode) -> Option<usize> {
 }
 
 /// The streamed variant for `shape` in `mode`, if the DB has one that beat cuBLAS at the M asked.
-pub fn choose(b: &CudaBackend, shape: DenseShape, mode: Mode) -> Option<Dense16> {
+pub(crate) fn choose(b: &CudaBackend, shape: DenseShape, mode: Mode) -> Option<Dense16> {
     let m = planned_m(mode)?;
     let (n, k) = (u32::try_from(shape.n).ok()?, u32::try_from(shape.k).ok()?);
     let v = tuned_variant(&b.tuning.db, &b.tuning.env, b.gpu.arch, Shape { n, k }, shape.dtype, m as u32)?;

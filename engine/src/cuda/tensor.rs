@@ -54,7 +54,7 @@ pub struct CudaBatch {
 
 impl CudaBatch {
     /// The mask as the MLA kernels take it.
-    pub fn device_mask(&self) -> kdtree_jit::mla::DeviceMask<'_> {
+    pub(crate) fn device_mask(&self) -> kdtree_jit::mla::DeviceMask<'_> {
         use kdtree_jit::mla::DeviceMask;
         match self.mask_mode {
             MaskMode::Causal => DeviceMask::Causal,
@@ -74,13 +74,13 @@ pub enum MaskMode {
 
 /// The most tokens a recorded forward has: tree verification's sizes. Larger forwards (prompts) run
 /// eagerly.
-pub const MAX_GRAPH_TOKENS: usize = 256;
+pub(crate) const MAX_GRAPH_TOKENS: usize = 256;
 /// The most tokens of a forward whose mask is sent as bits whatever it is: every size a graph
 /// records, so that one recorded forward serves trees and chains alike. Longer forwards (prompt
 /// chunks) send a causal or full mask as its mode alone, and a tree's bits up to [`MAX_TREE_BITS`].
 const ALWAYS_BITS: usize = MAX_GRAPH_TOKENS;
 /// The largest tree whose bits are sent (512 KiB of them).
-pub const MAX_TREE_BITS: usize = 2048;
+pub(crate) const MAX_TREE_BITS: usize = 2048;
 
 /// A forward's inputs on the host, in the layout of [`CudaBatch`].
 pub(super) struct HostBatch {

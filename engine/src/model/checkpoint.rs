@@ -135,7 +135,7 @@ impl Checkpoint {
     /// or else to the first 16-bit weight's; INT4 scales (`*.weight_scale`), which a quantizer may
     /// keep in another type than the model's, hold to the first scale's. f32 tensors are accepted
     /// beside either: DeepSeek-V3 stores its router biases in f32.
-    pub fn check_float_dtypes(&self, config: &str, torch_dtype: Option<&str>) -> Result<()> {
+    pub(crate) fn check_float_dtypes(&self, config: &str, torch_dtype: Option<&str>) -> Result<()> {
         // Per kind (weights, scales): the expected type and why it is expected.
         let declared = torch_dtype.and_then(|name| Some((half_type(name)?, name)));
         let mut weights = declared.map(|(dtype, name)| (dtype, format!("{config} declares torch_dtype {name}")));
@@ -191,7 +191,7 @@ impl Checkpoint {
     }
 
     /// The float dtype tensor `name` is stored in (from its header; `None` when absent or not a float).
-    pub fn float_dtype(&self, name: &str) -> Option<ComputeDtype> {
+    pub(crate) fn float_dtype(&self, name: &str) -> Option<ComputeDtype> {
         match self.file(name).ok()?.tensor(&self.stored(name)).ok()?.dtype() {
             StDtype::F32 => Some(ComputeDtype::F32),
             StDtype::BF16 => Some(ComputeDtype::Bf16),
@@ -201,7 +201,7 @@ impl Checkpoint {
     }
 
     /// Converts every dense weight read from now on ([`Self::dense`], [`Self::linear`]) to `dtype`.
-    pub fn set_compute(&mut self, dtype: ComputeDtype) {
+    pub(crate) fn set_compute(&mut self, dtype: ComputeDtype) {
         self.compute = Some(dtype);
     }
 
@@ -273,7 +273,11 @@ impl Checkpoint {
     /// The `[n, k]`, group size and scale dtype of INT4 module `module`, from the headers alone:
     /// `None` when the checkpoint holds it dense or the config says it is not quantized (cases
     /// [`Self::linear`] loads or refuses).
-    pub fn int4_header(&self, module: &str, group_size: Option<usize>) -> Result<Option<(usize, usize, usize, Dtype)>> {
+    pub(crate) fn int4_header(
+        &self,
+        module: &str,
+        group_size: Option<usize>,
+    ) -> Result<Option<(usize, usize, usize, Dtype)>> {
         let packed = format!("{module}.weight_packed");
         let (Some(g), true) = (group_size, self.contains(&packed)) else { return Ok(None) };
         let header = |name: &str| {

@@ -76,7 +76,7 @@ pub struct Config {
 impl Config {
     /// The most bytes a config.json may have (Kimi K2's has 4 KiB): a link to an endless file is
     /// refused, not read until memory runs out.
-    pub const MAX_FILE_BYTES: u64 = 16 << 20;
+    pub(crate) const MAX_FILE_BYTES: u64 = 16 << 20;
 
     pub fn load(path: &Path) -> Result<Self> {
         let file = path.display().to_string();

@@ -18,7 +18,7 @@ pub enum Layout {
 
 impl Layout {
     /// What the checkpoint puts before each text-model tensor name.
-    pub fn text_prefix(self) -> &'static str {
+    pub(crate) fn text_prefix(self) -> &'static str {
         match self {
             Layout::CausalLm => "",
             Layout::KimiK25 => "language_model.",
@@ -26,7 +26,7 @@ impl Layout {
     }
 
     /// The engine's name of checkpoint tensor `name`; `None` for a tensor outside the text model.
-    pub fn text_name(self, name: &str) -> Option<&str> {
+    pub(crate) fn text_name(self, name: &str) -> Option<&str> {
         name.strip_prefix(self.text_prefix())
     }
 }

@@ -45,7 +45,8 @@ pub use config::{Config, Yarn};
 pub use layout::{Layout, Skipped};
 pub use planned_weights::{DenseShape, Int4Experts, Int4Weight, PlannedWeights};
 pub use quant_config::QuantConfig;
-pub use rotary::{inv_freq, softmax_scale, yarn_inv_freq, yarn_mscale};
+pub(crate) use rotary::{inv_freq, yarn_inv_freq};
+pub use rotary::{softmax_scale, yarn_mscale};
 
 use attention::Attention;
 use mlp::Mlp;
@@ -420,7 +421,7 @@ impl<B: Backend> Model<B> {
     }
 
     /// [`Self::forward`] with the logits left on the backend, unchecked: they may hold NaN.
-    pub fn forward_on(
+    pub(crate) fn forward_on(
         &self,
         cache: &mut B::Cache,
         tokens: &[u32],

@@ -25,7 +25,7 @@ impl<'a, B: Backend> Probe<'a, B> {
         Self { backend, every_op: false, layer: None }
     }
 
-    pub fn every_op(backend: &'a B) -> Self {
+    pub(crate) fn every_op(backend: &'a B) -> Self {
         Self { backend, every_op: true, layer: None }
     }
 

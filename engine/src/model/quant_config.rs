@@ -59,14 +59,14 @@ mod raw {
     }
 
     #[derive(Debug, Deserialize)]
-    pub struct Quant {
+    pub(crate) struct Quant {
         /// By name, in name order.
         pub config_groups: Option<BTreeMap<String, Group>>,
         pub ignore: Option<Vec<String>>,
     }
 
     #[derive(Debug, Deserialize)]
-    pub struct Group {
+    pub(crate) struct Group {
         pub targets: Option<Vec<String>>,
         pub weights: Option<Weights>,
         /// A scheme here quantizes activations too (W4A8 and the like).
@@ -149,7 +149,7 @@ impl QuantConfig {
     }
 
     /// Whether the linear module `module` (e.g. `model.layers.3.mlp.experts.7.up_proj`) is INT4.
-    pub fn is_quantized(&self, module: &str) -> bool {
+    pub(crate) fn is_quantized(&self, module: &str) -> bool {
         !self.ignore.iter().any(|p| p.matches(module))
     }
 }

@@ -14,12 +14,12 @@ pub fn yarn_mscale(scale: f64, m: f64) -> f64 {
 /// The rotary table for the positions of the context, `0..c.context_len()`: `max_position_embeddings`
 /// capped at [`Config::MAX_ROTARY_POSITIONS`], so that a huge declared context allocates nothing
 /// beyond the cap (a position past the table is [`crate::EngineError::PositionOutOfRange`]).
-pub fn rope_table(c: &Config) -> RopeTable {
+pub(crate) fn rope_table(c: &Config) -> RopeTable {
     rope_table_for(c, c.context_len())
 }
 
 /// The rotary table for positions `0..positions`, at most the context's: what a run of known length needs.
-pub fn rope_table_for(c: &Config, positions: usize) -> RopeTable {
+pub(crate) fn rope_table_for(c: &Config, positions: usize) -> RopeTable {
     let positions = positions.min(c.context_len());
     let dim = c.qk_rope_head_dim;
     match &c.rope_scaling {
@@ -33,13 +33,13 @@ pub fn rope_table_for(c: &Config, positions: usize) -> RopeTable {
 }
 
 /// Plain rope's `dim / 2` frequencies, `theta^(-2i / dim)`.
-pub fn inv_freq(dim: usize, theta: f64) -> Vec<f64> {
+pub(crate) fn inv_freq(dim: usize, theta: f64) -> Vec<f64> {
     (0..dim / 2).map(|i| 1.0 / theta.powf((2 * i) as f64 / dim as f64)).collect()
 }
 
 /// YaRN's `dim / 2` frequencies: the fast ones kept, the slow ones divided by `factor`, a linear ramp
 /// between (DeepSeek's `precompute_freqs_cis` and transformers' `_compute_yarn_parameters` agree).
-pub fn yarn_inv_freq(y: &Yarn, dim: usize, theta: f64) -> Vec<f64> {
+pub(crate) fn yarn_inv_freq(y: &Yarn, dim: usize, theta: f64) -> Vec<f64> {
     let (low, high) = correction_range(y, dim, theta);
     inv_freq(dim, theta)
         .iter()

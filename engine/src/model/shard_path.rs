@@ -11,7 +11,7 @@ use crate::error::{EngineError, Result};
 /// cannot make the engine read files elsewhere. The check is on the name, not on where links lead:
 /// Hugging Face's cache keeps a snapshot's files as links into the `blobs/` folder beside it, and
 /// such folders must keep loading.
-pub fn shard_path(dir: &Path, name: &str) -> Result<PathBuf> {
+pub(crate) fn shard_path(dir: &Path, name: &str) -> Result<PathBuf> {
     let refuse = |reason| EngineError::ShardOutsideModel {
         index: dir.join("model.safetensors.index.json").display().to_string(),
         shard: name.into(),

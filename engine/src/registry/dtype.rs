@@ -75,7 +75,7 @@ impl DenseValues {
     /// The values in `dtype`: unchanged when they are already, widened exactly to f32, or rounded to
     /// the nearest even 16-bit value (a 16-bit value to the other 16-bit type through f32, which
     /// holds either exactly).
-    pub fn into_dtype(self, dtype: ComputeDtype) -> DenseValues {
+    pub(crate) fn into_dtype(self, dtype: ComputeDtype) -> DenseValues {
         if ComputeDtype::of(&self) == dtype {
             return self;
         }

@@ -107,7 +107,7 @@ impl HostLinear {
     }
 
     /// The dense f32 equivalent (INT4 weights dequantized): what tests compare against.
-    pub fn dequantized(&self) -> DenseWeight {
+    pub(crate) fn dequantized(&self) -> DenseWeight {
         match self {
             HostLinear::Dense(d) => DenseWeight { n: d.n, k: d.k, values: DenseValues::F32(d.to_f32()) },
             HostLinear::Int4(q) => DenseWeight { n: q.n, k: q.k, values: DenseValues::F32(q.dequantize()) },
@@ -164,7 +164,7 @@ impl HostLinear {
     }
 
     /// Whether [`HostLinear::stack`] takes `self` and `other` (K aside).
-    pub fn same_format(&self, other: &HostLinear) -> bool {
+    pub(crate) fn same_format(&self, other: &HostLinear) -> bool {
         self.format_mismatch(other).is_none()
     }
 

@@ -26,7 +26,8 @@ mod startup;
 
 pub use dtype::{ComputeDtype, Dtypes};
 pub use linear::{DenseValues, DenseWeight, HostLinear};
-pub use rope::{Rope, RopeLayout, RopeSpan, RopeTable};
+pub(crate) use rope::Rope;
+pub use rope::{RopeLayout, RopeSpan, RopeTable};
 
 /// The router's settings: one type for the CPU reference and the GPU router kernel.
 pub use kdtree_kernels::Routing;
@@ -88,7 +89,7 @@ impl KvDtype {
     }
 
     /// Bytes of one entry of `s`.
-    pub fn entry_bytes(self, s: &MlaShape) -> usize {
+    pub(crate) fn entry_bytes(self, s: &MlaShape) -> usize {
         self.latent().map_or(4 * s.width(), |kv| kv.entry_bytes(s))
     }
 
@@ -119,7 +120,7 @@ impl KvDtype {
 
     /// `entry` (`[c_kv | k_pe]`, `latent` values of c_kv) as the cache holds it: rounded to bf16,
     /// quantized to FP8 and read back, or as it is.
-    pub fn store(self, entry: &mut [f32], latent: usize) {
+    pub(crate) fn store(self, entry: &mut [f32], latent: usize) {
         match self {
             KvDtype::Fp8 => kdtree_jit::mla::fp8::round_entry(entry, latent),
             KvDtype::Bf16 | KvDtype::F32 => entry.iter_mut().for_each(|x| *x = self.round(*x)),
@@ -425,7 +426,7 @@ pub struct Argmax<T> {
 }
 
 /// [`Backend::forward_argmax`] run op by op: the batch uploaded, the forward run, its argmax read.
-pub fn eager_forward_argmax<B: Backend, F>(
+pub(crate) fn eager_forward_argmax<B: Backend, F>(
     b: &B,
     cache: &mut B::Cache,
     tokens: &[u32],

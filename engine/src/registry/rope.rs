@@ -42,20 +42,20 @@ impl RopeTable {
         Self { half, cos, sin }
     }
 
-    pub fn max_positions(&self) -> usize {
+    pub(crate) fn max_positions(&self) -> usize {
         self.cos.len() / self.half.max(1)
     }
 }
 
 /// The rotary tables of a model on its backend.
-pub struct Rope<B: Backend> {
+pub(crate) struct Rope<B: Backend> {
     pub cos: B::Vector,
     pub sin: B::Vector,
     pub max_positions: usize,
 }
 
 impl<B: Backend> Rope<B> {
-    pub fn new(backend: &B, table: &RopeTable) -> Result<Self> {
+    pub(crate) fn new(backend: &B, table: &RopeTable) -> Result<Self> {
         Ok(Self {
             cos: backend.vector(&table.cos)?,
             sin: backend.vector(&table.sin)?,

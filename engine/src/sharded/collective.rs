@@ -4,7 +4,7 @@ use std::ops::Range;
 
 /// Splits `len` into `ranks` contiguous blocks in rank order, as even as can be: the first
 /// `len % ranks` blocks hold one more. Blocks may be empty when `ranks > len`.
-pub fn blocks(len: usize, ranks: usize) -> Vec<Range<usize>> {
+pub(crate) fn blocks(len: usize, ranks: usize) -> Vec<Range<usize>> {
     let (base, extra) = (len / ranks, len % ranks);
     let mut start = 0;
     (0..ranks)

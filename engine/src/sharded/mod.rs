@@ -14,7 +14,7 @@
 //! Norms, rope, the KV append, `silu_mul`, the residual adds and a drafter's grouped-query attention
 //! run once on the gathered tensors (every rank would compute the same bits), as does the MoE router
 //! (replicated on every rank). The KV cache holds every head; each rank's attention reads its heads' columns of it. Blocks are
-//! as even as can be when the rank count does not divide a dimension ([`blocks`]); a rank whose
+//! as even as can be when the rank count does not divide a dimension (`blocks`); a rank whose
 //! block is empty idles.
 //!
 //! # Why the result is the same bits
@@ -54,7 +54,8 @@ mod collective;
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
-pub use collective::{CollectiveLog, Traffic, blocks};
+pub(crate) use collective::blocks;
+pub use collective::{CollectiveLog, Traffic};
 
 use collective::Op;
 use kdtree_jit::mla::MlaShape;

@@ -100,7 +100,7 @@ pub struct Comparison {
     pub mean_tree_size: f64,
     pub tokens_per_second: f64,
     pub greedy_tokens_per_second: f64,
-    /// Of the rounds' time, the share outside the target's forwards ([`Stats::host_share`]).
+    /// Of the rounds' time, the share outside the target's forwards (`Stats::host_share`).
     pub host_share: f64,
     pub stats: Stats,
 }
@@ -108,12 +108,12 @@ pub struct Comparison {
 impl SpecArgs {
     /// The largest `--budget`: each round verifies B + 1 tokens in one forward whose attention mask
     /// is (B + 1)² entries; the DDTree paper's budgets are at most a few hundred.
-    pub const MAX_BUDGET: usize = 1024;
+    pub(crate) const MAX_BUDGET: usize = 1024;
     /// The largest `--draft-len`: the model drafters hold L rows of the whole vocabulary.
-    pub const MAX_DRAFT_LEN: usize = 128;
+    pub(crate) const MAX_DRAFT_LEN: usize = 128;
     /// The noisy oracle's accuracy and seed without `--oracle-p` and `--oracle-seed`.
-    pub const DEFAULT_ORACLE_P: f64 = 0.7;
-    pub const DEFAULT_ORACLE_SEED: u64 = 1;
+    pub(crate) const DEFAULT_ORACLE_P: f64 = 0.7;
+    pub(crate) const DEFAULT_ORACLE_SEED: u64 = 1;
 
     /// Checks the options against the target's config (and the draft model's, read from its
     /// config.json), before any weight is loaded: the budget and the draft length within their

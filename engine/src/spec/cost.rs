@@ -59,7 +59,7 @@ impl CostModel {
     }
 
     /// The most bytes a cost model's file may have: its points are a few dozen.
-    pub const MAX_FILE_BYTES: u64 = 1 << 20;
+    pub(crate) const MAX_FILE_BYTES: u64 = 1 << 20;
 
     pub fn load(path: &Path) -> Result<CostModel> {
         let text = crate::model::json::read_capped(path, "a cost model", Self::MAX_FILE_BYTES)?;
@@ -101,7 +101,7 @@ impl CostModel {
     }
 
     /// A round's µs when it verifies T tokens: the forward t(T) and the drafter's round.
-    pub fn round_us(&self, t: usize) -> f64 {
+    pub(crate) fn round_us(&self, t: usize) -> f64 {
         self.us(t) + self.draft_us
     }
 
@@ -115,7 +115,7 @@ impl CostModel {
     /// How many of a best-first tree's nodes to verify: `scores` are its nodes' log q(prefix) in pop
     /// order (so every prefix of them is a tree, and the best one of its size). Verifying b nodes
     /// accepts 1 + Σ_{i<b} q_i tokens in expectation (the root always, node i when its whole path is
-    /// right) in a round of [`Self::round_us`]`(b + 1)`; the b with the most tokens per µs wins, the
+    /// right) in a round of `Self::round_us(b + 1)`; the b with the most tokens per µs wins, the
     /// smaller on a tie. The drafter's round is paid whatever b is (it ran before the choice).
     ///
     /// Only the sizes the model measured are candidates (T = b + 1 one of its points), and b = 0, one
@@ -141,7 +141,7 @@ impl CostModel {
     }
 
     /// The largest tree a round can choose: the last point's T less the root.
-    pub fn max_nodes(&self) -> usize {
+    pub(crate) fn max_nodes(&self) -> usize {
         self.points.last().map_or(0, |&(t, _)| t - 1)
     }
 }

@@ -142,13 +142,13 @@ impl Stats {
         self.target_forwards as f64 / self.generated.max(1) as f64
     }
 
-    pub fn tokens_per_second(&self) -> f64 {
+    pub(crate) fn tokens_per_second(&self) -> f64 {
         self.generated as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
     }
 
     /// Of the rounds' time (all but the prefill), the share outside the target's forwards: drafting,
     /// building the tree and its mask, the greedy walk and KV compaction.
-    pub fn host_share(&self) -> f64 {
+    pub(crate) fn host_share(&self) -> f64 {
         let rounds = self.elapsed.saturating_sub(self.prefill_time).as_secs_f64();
         let outside = rounds - self.verify_forward_time.as_secs_f64();
         if rounds > 0.0 { (outside / rounds).max(0.0) } else { 0.0 }
@@ -192,7 +192,7 @@ pub fn speculative_generate<B: Backend>(
 /// [`speculative_generate`], handing each token to `on_token` in order as soon as its round has
 /// verified it (as [`crate::greedy_generate_streamed`] does): generation stops after a token for
 /// which it returns true, and fails with its error.
-pub fn speculative_generate_streamed<B: Backend>(
+pub(crate) fn speculative_generate_streamed<B: Backend>(
     target: &Model<B>,
     drafter: &mut dyn Drafter<B>,
     prompt: &[u32],

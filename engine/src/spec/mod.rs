@@ -42,8 +42,9 @@ mod verify;
 
 pub use cli::{Comparison, DraftWeights, DrafterKind, SpecArgs, SpecMethod};
 pub use cost::CostModel;
-pub use decode::{Method, Stats, TreeLimits, ddtree_generate, speculative_generate, speculative_generate_streamed};
+pub(crate) use decode::speculative_generate_streamed;
+pub use decode::{Method, Stats, TreeLimits, ddtree_generate, speculative_generate};
 pub use drafter::dflash::{DflashConfig, DflashContext, DflashModel, DraftYarn};
 pub use drafter::{BlockDrafter, Choice, DflashDrafter, Draft, Drafter, LookupDrafter, ModelDrafter, NoisyOracle};
 pub use tree::DraftTree;
-pub use verify::{Verified, greedy_walk, verify, verify_tapped};
+pub use verify::{Verified, verify};

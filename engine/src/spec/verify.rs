@@ -29,7 +29,7 @@ pub fn verify<B: Backend>(target: &Model<B>, cache: &mut B::Cache, root: u32, tr
 /// [`verify`], and with `layers` the accepted path's hidden states after each of them (`[accepted,
 /// layers.len() * hidden]` on the backend, [`Model::forward_argmax_tapped`]): what a drafter
 /// conditioned on the target commits; the rejected rows' are dropped with their cache entries.
-pub fn verify_tapped<B: Backend>(
+pub(crate) fn verify_tapped<B: Backend>(
     target: &Model<B>,
     cache: &mut B::Cache,
     root: u32,
@@ -54,7 +54,7 @@ pub fn verify_tapped<B: Backend>(
 /// The rows of the accepted path, from row 0 (the root): at each row, the child whose token is the
 /// target's greedy token there. Siblings carry distinct tokens (distinct ranks of one candidate list),
 /// so the child, if any, is unique.
-pub fn greedy_walk(parents: &[Option<usize>], tokens: &[u32], greedy: &[u32]) -> Vec<usize> {
+pub(crate) fn greedy_walk(parents: &[Option<usize>], tokens: &[u32], greedy: &[u32]) -> Vec<usize> {
     let mut walk = vec![0];
     let mut row = 0;
     // Children of a row come after it, so one forward scan from the current row finds the next step.

@@ -38,7 +38,7 @@ pub struct Stops {
 }
 
 /// Speculative decoding's part of a request: its drafter and method.
-pub type Speculation<'a, 'd, B> = (&'a mut (dyn Drafter<B> + 'd), &'a Method);
+pub(crate) type Speculation<'a, 'd, B> = (&'a mut (dyn Drafter<B> + 'd), &'a Method);
 
 /// Up to `max_new` greedy tokens after `prompt`, sped up by `speculation` if given (the same
 /// tokens); `on_text` gets the answer's text piece by piece (whole characters, special tokens left

@@ -35,9 +35,10 @@ mod tiktoken;
 
 use std::path::Path;
 
-pub use answer::{Finish, Speculation, Stops, generate_text};
+pub use answer::{Finish, Stops, generate_text};
 pub use chat::{ChatTemplate, Message};
-pub use stop::{StopText, eos_token_ids};
+pub(crate) use stop::StopText;
+pub use stop::eos_token_ids;
 pub use stream::TextStream;
 
 use crate::error::{EngineError, Result};
@@ -115,14 +116,6 @@ impl Tokenizer {
 
     fn stream_with_specials(&self) -> TextStream<'_> {
         TextStream::new(self, true)
-    }
-
-    /// The id of the token `token` (a special token such as `<|im_end|>`), if it is one.
-    pub fn token_id(&self, token: &str) -> Option<u32> {
-        match &self.backend {
-            Backend::Hf(hf) => hf.token_to_id(token),
-            Backend::Tiktoken(t) => t.token_id(token),
-        }
     }
 
     /// How many ids the tokenizer can produce; the model's vocabulary must hold them.

@@ -54,20 +54,20 @@ pub fn eos_token_ids(dir: &Path) -> Result<Vec<u32>> {
 /// it is known not to be, so that what is emitted never contains a stop string nor begins one that
 /// then completes (the OpenAI API's `stop`: the string itself is not part of the answer).
 #[derive(Clone, Debug, Default)]
-pub struct StopText {
+pub(crate) struct StopText {
     stops: Vec<String>,
     held: String,
 }
 
 impl StopText {
     /// Empty strings stop nothing and are dropped.
-    pub fn new(stops: impl IntoIterator<Item = String>) -> Self {
+    pub(crate) fn new(stops: impl IntoIterator<Item = String>) -> Self {
         Self { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new() }
     }
 
     /// Takes the next piece of text; returns what may be shown now, and whether a stop string
     /// ended the generation (the text before it is then all there is).
-    pub fn push(&mut self, text: &str) -> (String, bool) {
+    pub(crate) fn push(&mut self, text: &str) -> (String, bool) {
         self.held.push_str(text);
         let found = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min();
         if let Some(at) = found {
@@ -86,7 +86,7 @@ impl StopText {
     }
 
     /// The text still held once the generation ended without a stop string.
-    pub fn finish(self) -> String {
+    pub(crate) fn finish(self) -> String {
         self.held
     }
 }

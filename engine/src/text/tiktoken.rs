@@ -145,12 +145,8 @@ impl Tiktoken {
         self.bytes.get(&id).map(Vec::as_slice)
     }
 
-    pub fn is_special(&self, id: u32) -> bool {
+    pub(crate) fn is_special(&self, id: u32) -> bool {
         id >= self.first_special
-    }
-
-    pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.specials.get(token).or_else(|| self.ranks.get(token.as_bytes())).copied()
     }
 
     /// Ids in use: the ranks and the reserved special ids.

@@ -49,11 +49,11 @@ pub struct DrafterYarn {
 }
 
 /// Kimi-K2.5-DFlash's mask token id (a reserved id of K2's 163840-token vocabulary).
-pub const K2_5_MASK_TOKEN_ID: u32 = 163_838;
+pub(crate) const K2_5_MASK_TOKEN_ID: u32 = 163_838;
 
 impl DrafterSpec {
     /// The most bytes of tensors a spec may make: a hundred times Kimi-K2.5-DFlash's 7 GB.
-    pub const MAX_BYTES: u64 = 1 << 40;
+    pub(crate) const MAX_BYTES: u64 = 1 << 40;
 
     /// The published Kimi-K2.5 DFlash drafter (`z-lab/Kimi-K2.5-DFlash`): 6 Qwen3 layers of 64 query
     /// and 8 key/value heads of 128, SwiGLU of 18432, block size 8, rope theta 50000, reading 6 target

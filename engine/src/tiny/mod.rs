@@ -36,7 +36,7 @@ use serde_json::json;
 
 use crate::error::{EngineError, Result};
 use crate::model::{Config, Layout, Yarn};
-pub use drafter::{DrafterSpec, DrafterYarn, K2_5_MASK_TOKEN_ID, write_drafter};
+pub use drafter::{DrafterSpec, DrafterYarn, write_drafter};
 use plan::{GROUP, Unit};
 use shard::Shard;
 use staging::Staging;
@@ -261,7 +261,7 @@ impl TinySpec {
     /// The most tensors a spec may make: five times an INT4 Kimi K2 (61 layers of 384 experts, about
     /// 212 000 tensors). The plan of every tensor is held in memory (a few hundred bytes each)
     /// before anything is written, so its size is bounded before it is made.
-    pub const MAX_TENSORS: u64 = 1 << 20;
+    pub(crate) const MAX_TENSORS: u64 = 1 << 20;
 
     /// Refuses specs the engine could not load, before anything is planned or written: the config
     /// goes through the engine's own parser and its checks, and the tensors are counted.

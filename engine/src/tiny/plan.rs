@@ -55,7 +55,7 @@ pub(crate) struct Unit {
 }
 
 impl Unit {
-    pub fn draws(&self) -> u64 {
+    pub(crate) fn draws(&self) -> u64 {
         match self.fill {
             Fill::Int4 { n, k, .. } => (n * k) as u64,
             _ => self.tensors[0].shape.iter().product::<usize>() as u64,

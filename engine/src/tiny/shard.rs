@@ -59,7 +59,7 @@ impl<'a> Shard<'a> {
     }
 
     /// Bytes of the whole file.
-    pub fn file_bytes(&self) -> u64 {
+    pub(crate) fn file_bytes(&self) -> u64 {
         8 + self.header.len() as u64 + self.tensor_bytes()
     }
 

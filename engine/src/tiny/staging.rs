@@ -36,7 +36,7 @@ impl Staging {
 
     /// A new file that will be `name` in the folder once committed; `write` fills it, and is told the
     /// path it will have, for its errors.
-    pub fn stage(&mut self, name: &str, write: impl FnOnce(&File, &Path) -> Result<()>) -> Result<()> {
+    pub(crate) fn stage(&mut self, name: &str, write: impl FnOnce(&File, &Path) -> Result<()>) -> Result<()> {
         let path = self.dir.join(name);
         let io = |source| EngineError::Io { file: path.display().to_string(), source };
         let file = tempfile::Builder::new()

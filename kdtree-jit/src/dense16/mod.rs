@@ -8,7 +8,7 @@
 //!
 //! | concept | where |
 //! |---|---|
-//! | the variant space and which points fit an arch | [`Dense16`], [`rules`] |
+//! | the variant space and which points fit an arch | [`Dense16`], `rules` |
 //! | the CPU reference | [`reference`](mod@reference) |
 //! | the launch, a host round trip | [`Dense16Kernel`], [`dense16_host`] |
 //!
@@ -33,7 +33,7 @@
 
 pub mod launch;
 pub mod reference;
-pub mod rules;
+pub(crate) mod rules;
 
 pub use launch::{Dense16Buffers, Dense16Kernel, dense16_host};
 

@@ -6,17 +6,17 @@ use crate::{Invalid, Target};
 
 /// Bytes of one warp's ring: `stages` stages of `unroll` chunks, each chunk 8 weight pieces and one
 /// X piece per n8 tile, 16 bytes a lane.
-pub fn ring_bytes(v: &Dense16) -> usize {
+pub(crate) fn ring_bytes(v: &Dense16) -> usize {
     (v.stages * v.unroll * (8 + v.rows / 8) * 32 * 16) as usize
 }
 
 /// Dynamic shared memory: the warps' rings, or the reduction (`[warps][rows][64]` f32) if larger.
-pub fn shared_bytes(v: &Dense16) -> usize {
+pub(crate) fn shared_bytes(v: &Dense16) -> usize {
     (v.warps as usize * ring_bytes(v)).max((v.warps * v.rows * 64 * 4) as usize)
 }
 
 /// `Ok` when `v` can run on `target`; otherwise the first reason it cannot.
-pub fn check(v: &Dense16, target: &Target) -> Result<(), Invalid> {
+pub(crate) fn check(v: &Dense16, target: &Target) -> Result<(), Invalid> {
     let (requested, max) = (shared_bytes(v), target.arch.smem_per_block_max());
     if requested > max {
         return Err(Invalid::SharedMemory { requested, max });

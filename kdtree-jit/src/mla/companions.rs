@@ -28,7 +28,7 @@ pub struct CompanionFns {
 }
 
 impl CompanionFns {
-    pub fn get(&self, entry: Entry) -> &CudaFunction {
+    pub(crate) fn get(&self, entry: Entry) -> &CudaFunction {
         match entry {
             Entry::Absorb => &self.absorb,
             Entry::Unabsorb => &self.unabsorb,
@@ -39,7 +39,7 @@ impl CompanionFns {
 }
 
 /// A buffer a launch reads or writes: its name, its length, and the length the shape needs.
-pub type Need<'a> = (&'a str, usize, usize);
+pub(crate) type Need<'a> = (&'a str, usize, usize);
 
 /// A family's four companion entries, loaded.
 pub trait Companions {

@@ -12,23 +12,23 @@
 //!
 //! The encoder rounds to nearest even and saturates to ±448 as PTX's
 //! `cvt.rn.satfinite.e4m3x2.f32` does; the kernels' append uses that instruction, so the bytes a
-//! GPU writes equal [`quantize_entry`]'s.
+//! GPU writes equal `quantize_entry`'s.
 
 /// Latent values sharing one scale.
 pub const GROUP: usize = 32;
 /// e4m3's largest finite magnitude.
-pub const E4M3_MAX: f32 = 448.0;
+pub(crate) const E4M3_MAX: f32 = 448.0;
 /// e4m3's NaN (`S.1111.111`): also what NaN encodes to.
 const NAN: u8 = 0x7f;
 
 /// Bytes of one entry: the latent's codes and scales padded to 16 bytes (the kernels copy entries
 /// in 16-byte pieces), then the rope key in bf16. A multiple of 16 when `rope` is a multiple of 8.
-pub fn entry_bytes(latent: usize, rope: usize) -> usize {
+pub(crate) fn entry_bytes(latent: usize, rope: usize) -> usize {
     (latent + latent / GROUP).next_multiple_of(16) + 2 * rope
 }
 
 /// The e4m3 code nearest to `x` (ties to even), finite values beyond ±448 saturated to ±448.
-pub fn e4m3_from_f32(x: f32) -> u8 {
+pub(crate) fn e4m3_from_f32(x: f32) -> u8 {
     let sign = if x.is_sign_negative() { 0x80 } else { 0 };
     let a = x.abs();
     if a.is_nan() {
@@ -46,7 +46,7 @@ pub fn e4m3_from_f32(x: f32) -> u8 {
 }
 
 /// The value of an e4m3 code.
-pub fn e4m3_to_f32(code: u8) -> f32 {
+pub(crate) fn e4m3_to_f32(code: u8) -> f32 {
     let (sign, mag) = (if code & 0x80 != 0 { -1.0 } else { 1.0 }, code & 0x7f);
     if mag == NAN {
         return f32::NAN;
@@ -58,7 +58,7 @@ pub fn e4m3_to_f32(code: u8) -> f32 {
 /// The scale byte of a group whose largest magnitude is `amax`: the least `b` in 1..=254 with `amax
 /// <= 448 × 2^(b - 127)` (448 = 1.75 × 2^8, so `b` is amax's exponent field less 8, plus one when
 /// its mantissa is over 1.75). Integer work on the bits, which the kernel repeats exactly.
-pub fn scale_byte(amax: f32) -> u8 {
+pub(crate) fn scale_byte(amax: f32) -> u8 {
     let bits = amax.to_bits() & 0x7fff_ffff;
     let field = (bits >> 23) as i32;
     let over = i32::from(bits & 0x7f_ffff > 0x60_0000);
@@ -66,7 +66,7 @@ pub fn scale_byte(amax: f32) -> u8 {
 }
 
 /// The scale a byte stands for, `2^(b - 127)`.
-pub fn scale_of(byte: u8) -> f32 {
+pub(crate) fn scale_of(byte: u8) -> f32 {
     f32::from_bits(u32::from(byte) << 23)
 }
 
@@ -77,7 +77,7 @@ fn amax(values: &[f32]) -> f32 {
 
 /// The bytes of the entry `[latent | rope]` (`entry.len() = latent + rope`, `latent` a multiple of
 /// [`GROUP`]).
-pub fn quantize_entry(entry: &[f32], latent: usize) -> Vec<u8> {
+pub(crate) fn quantize_entry(entry: &[f32], latent: usize) -> Vec<u8> {
     let rope = entry.len() - latent;
     let mut out = vec![0u8; entry_bytes(latent, rope)];
     for (g, values) in entry[..latent].chunks(GROUP).enumerate() {
@@ -97,7 +97,7 @@ pub fn quantize_entry(entry: &[f32], latent: usize) -> Vec<u8> {
 
 /// The values an entry's bytes hold, `[latent | rope]`, each rounded to bf16 as the kernels round
 /// them (exact but at the edge of bf16's range, where both round to nearest even alike).
-pub fn dequantize_entry(bytes: &[u8], latent: usize, rope: usize) -> Vec<f32> {
+pub(crate) fn dequantize_entry(bytes: &[u8], latent: usize, rope: usize) -> Vec<f32> {
     let bf16 = |x: f32| half::bf16::from_f32(x).to_f32();
     let mut out = Vec::with_capacity(latent + rope);
     for i in 0..latent {
@@ -119,7 +119,7 @@ pub fn round_entry(entry: &mut [f32], latent: usize) {
 
 /// `entries` (`[count, latent + rope]`) quantized into the 16-bit words a cache page holds (bytes in
 /// little-endian pairs), and the values they hold.
-pub fn quantize_words(entries: &[f32], latent: usize, rope: usize) -> (Vec<u16>, Vec<f32>) {
+pub(crate) fn quantize_words(entries: &[f32], latent: usize, rope: usize) -> (Vec<u16>, Vec<f32>) {
     let (mut words, mut values) = (Vec::new(), Vec::with_capacity(entries.len()));
     for entry in entries.chunks(latent + rope) {
         let bytes = quantize_entry(entry, latent);

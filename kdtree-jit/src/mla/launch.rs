@@ -116,7 +116,7 @@ impl MlaKernel {
 
     /// Enqueues attention of `n` new rows (each row's heads over its compact sequence, see
     /// [`crate::mla::reference::attention`]) and the combine of its splits into `b.o_lat`, on `gpu`'s
-    /// stream. `s.nope` and `s.v` are not read. `n` is at most [`MAX_NEW`]; `n = 0` does nothing.
+    /// stream. `s.nope` and `s.v` are not read. `n` is at most `MAX_NEW`; `n = 0` does nothing.
     pub fn launch(&self, gpu: &Gpu, s: &MlaShape, n: usize, b: MlaBuffers) -> Result<()> {
         let v = &self.variant;
         let fail = |reason: String| unsupported(&v.name(), reason);

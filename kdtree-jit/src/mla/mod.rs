@@ -47,7 +47,7 @@ pub mod widen;
 
 pub use aux::AuxKernel;
 pub use companions::{Companions, absorb_host, unabsorb_host};
-pub use launch::{CacheValue, DeviceMask, MlaBuffers, MlaKernel, PagedCache, mla_host, shape_error, upload_cache};
+pub use launch::{DeviceMask, MlaBuffers, MlaKernel, PagedCache, mla_host, shape_error, upload_cache};
 pub use reference::NewMask;
 pub use space::{MlaAux, MlaDecode, MlaKv, MlaMma};
 

@@ -6,10 +6,10 @@ use crate::mla::{MlaAux, MlaDecode, fp8};
 use crate::{Invalid, Target};
 
 /// The widest entry a launch may have: DeepSeek-V3 / Kimi K2's `kv_lora_rank + qk_rope_head_dim`.
-pub const MAX_LATENT: usize = 512;
-pub const MAX_ROPE: usize = 64;
+pub(crate) const MAX_LATENT: usize = 512;
+pub(crate) const MAX_ROPE: usize = 64;
 /// New rows one launch may have: the decode kernel lists a row's visible new tokens in shared memory.
-pub const MAX_NEW: usize = 1024;
+pub(crate) const MAX_NEW: usize = 1024;
 
 /// The visible list (u16 each) and its count, rounded up.
 const VISIBLE_SMEM: usize = MAX_NEW * 2 + 16;
@@ -36,7 +36,7 @@ pub fn combine_static_smem(v: &MlaDecode) -> usize {
 ///   entry (the kernel's offsets do not depend on `width`); P (one 64-row block); the heads'
 ///   rescales (64 f32); the visible list. An FP8 cache's `stages` tiles hold the widest entries as
 ///   they are, beside two widened tiles.
-pub fn dynamic_smem(v: &MlaDecode, latent: usize, rope: usize) -> usize {
+pub(crate) fn dynamic_smem(v: &MlaDecode, latent: usize, rope: usize) -> usize {
     let (hb, bn, stages) = (v.hb as usize, v.bn as usize, v.stages as usize);
     match v.mma {
         MlaMma::Mma => {
@@ -66,7 +66,7 @@ fn incompatible(reason: String) -> Result<(), Invalid> {
 }
 
 /// `Ok` when `v` can run on `target`; otherwise the first reason it cannot.
-pub fn check(v: &MlaDecode, target: &Target) -> Result<(), Invalid> {
+pub(crate) fn check(v: &MlaDecode, target: &Target) -> Result<(), Invalid> {
     if v.kv == MlaKv::Fp8 {
         fp8_arch(target)?;
         if v.mma == MlaMma::Wgmma && v.stages < 2 {
@@ -115,7 +115,7 @@ fn fp8_arch(target: &Target) -> Result<(), Invalid> {
 
 /// The aux kernels use static shared memory only, within the 48 KiB every arch allows; an FP8
 /// cache's append and gather need sm_89.
-pub fn check_aux(v: &MlaAux, target: &Target) -> Result<(), Invalid> {
+pub(crate) fn check_aux(v: &MlaAux, target: &Target) -> Result<(), Invalid> {
     if v.kv == MlaKv::Fp8 {
         fp8_arch(target)?;
     }

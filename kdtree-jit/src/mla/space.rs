@@ -219,11 +219,11 @@ impl MlaDecode {
 }
 
 impl MlaAux {
-    pub fn unabsorb_name(&self) -> String {
+    pub(crate) fn unabsorb_name(&self) -> String {
         format!("{}_unabsorb", self.name())
     }
 
-    pub fn append_name(&self) -> String {
+    pub(crate) fn append_name(&self) -> String {
         format!("{}_append", self.name())
     }
 
@@ -232,7 +232,7 @@ impl MlaAux {
     }
 
     /// An FP8 cache's widening of a layer to bf16 ([`crate::mla::AuxKernel::widen`]).
-    pub fn widen_name(&self) -> String {
+    pub(crate) fn widen_name(&self) -> String {
         format!("{}_widen", self.name())
     }
 

@@ -1,7 +1,7 @@
 //! Attention of many rows over an FP8 cache. The FP8 decode variants widen each tile they read, so
 //! a launch of n rows widens the cache n times (a block is one row's heads). From [`WIDE_ROWS`]
 //! rows, the layer is widened once into bf16 pages ([`AuxKernel::widen`]) and the variant's
-//! [`twin`] runs over them: the same point of the space, so the same arithmetic in the same order
+//! `twin` runs over them: the same point of the space, so the same arithmetic in the same order
 //! and the same bits over the values the FP8 entries hold. The engine launches through [`launch`],
 //! and the tuner times what the engine runs.
 
@@ -15,7 +15,7 @@ use crate::{Arch, Gpu, Result, Target, Variant};
 pub const WIDE_ROWS: usize = 8;
 
 /// The bf16 variant at `v`'s point.
-pub fn twin(v: &MlaDecode) -> MlaDecode {
+pub(crate) fn twin(v: &MlaDecode) -> MlaDecode {
     MlaDecode { kv: MlaKv::Bf16, ..*v }
 }
 

@@ -12,9 +12,9 @@ use crate::mla::{DeviceMask, MlaShape, PagedCache, shape_error};
 use crate::{Cache, Compiled, Gpu, Result, Variant, compile_variant};
 
 /// The most `nope` absorb takes: its query row lives in shared memory (the template's MAX_NOPE).
-pub const MAX_NOPE: usize = 256;
+pub(crate) const MAX_NOPE: usize = 256;
 /// The most rows a launch takes: absorb, attention and unabsorb put rows on the grid's y.
-pub const MAX_ROWS: usize = 65_535;
+pub(crate) const MAX_ROWS: usize = 65_535;
 
 pub struct MlaF32Kernel {
     variant: MlaF32,

@@ -43,15 +43,15 @@ impl MlaF32 {
         MlaF32 { threads: 128, tile: 64 }
     }
 
-    pub fn absorb_name(&self) -> String {
+    pub(crate) fn absorb_name(&self) -> String {
         format!("{}_absorb", crate::Variant::name(self))
     }
 
-    pub fn unabsorb_name(&self) -> String {
+    pub(crate) fn unabsorb_name(&self) -> String {
         format!("{}_unabsorb", crate::Variant::name(self))
     }
 
-    pub fn append_name(&self) -> String {
+    pub(crate) fn append_name(&self) -> String {
         format!("{}_append", crate::Variant::name(self))
     }
 

@@ -27,7 +27,7 @@ pub const ENV_VAR: &str = "KDTREE_TUNING_DB";
 
 /// The largest DB file read: thousands of entries take a few MiB, and a link to an endless file
 /// is refused rather than read until memory runs out.
-pub const MAX_FILE_BYTES: u64 = 256 << 20;
+pub(crate) const MAX_FILE_BYTES: u64 = 256 << 20;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TuningDb {

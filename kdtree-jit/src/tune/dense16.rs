@@ -51,27 +51,24 @@ pub const KIMI_K2_BF16: [Shape; 7] = [
     Shape { n: 7168, k: 18432 },
 ];
 
-/// The M a preset tunes: decode steps and DDTree's trees (the engine uses the family up to 128 rows).
-pub const MS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
-
 /// The rows of every cuBLAS call of the engine's exact mode (its `gemm::EXACT_ROWS`): M padded to
 /// them, so that a row's bits never depend on M.
-pub const PADDED_ROWS: usize = 128;
+pub(crate) const PADDED_ROWS: usize = 128;
 
 /// The rows of the variants worth timing at `m`: its bucket within the space's 8..=32.
-pub fn rows_for(m: u32) -> u32 {
+pub(crate) fn rows_for(m: u32) -> u32 {
     m_bucket(m).clamp(8, 32)
 }
 
 /// The variants of `valid` worth timing on `m` rows of `shape`: rows of [`rows_for`], and able to
 /// compute the shape.
-pub fn candidates(valid: &[Dense16], shape: Shape, m: u32) -> impl Iterator<Item = Dense16> + '_ {
+pub(crate) fn candidates(valid: &[Dense16], shape: Shape, m: u32) -> impl Iterator<Item = Dense16> + '_ {
     let (rows, n, k) = (rows_for(m), shape.n as usize, shape.k as usize);
     let fits = move |v: &&Dense16| v.rows == rows && v.unsupported((m as usize).min(rows as usize), n, k).is_none();
     valid.iter().filter(fits).copied()
 }
 
-/// Whether any variant on `arch` can be tuned for `m` rows of `shape` ([`candidates`]).
+/// Whether any variant on `arch` can be tuned for `m` rows of `shape` (`candidates`).
 pub fn can_tune(arch: Arch, shape: Shape, dtype: Dtype, m: u32) -> bool {
     candidates(&Dense16::valid_on(arch, dtype), shape, m).next().is_some()
 }
@@ -84,7 +81,7 @@ pub struct Dense16Tuned {
     pub variant: Option<String>,
     pub timing: Option<Timing>,
     pub cublas: Option<Timing>,
-    /// cuBLAS on [`PADDED_ROWS`] rows, as the engine's exact mode calls it whatever M.
+    /// cuBLAS on `PADDED_ROWS` rows, as the engine's exact mode calls it whatever M.
     pub cublas_padded: Option<Timing>,
     /// Bytes one run must move (W, X and Y once), over the winner's time.
     pub gbps: Option<f64>,

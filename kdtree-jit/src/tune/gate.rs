@@ -10,12 +10,12 @@
 //! simulated kernels: the arithmetic a correct kernel may do passes, the bugs a wrong one has do not.
 
 use kdtree_quant::compare::Measure;
-pub use kdtree_quant::compare::Mismatch;
+pub(crate) use kdtree_quant::compare::Mismatch;
 
 /// The gate's measure: norm-wise, without a floor.
-pub const MEASURE: Measure = Measure::whole(0.0);
+pub(crate) const MEASURE: Measure = Measure::whole(0.0);
 
-/// `Ok(error)` when `out` matches `reference` within `tolerance` by [`MEASURE`].
+/// `Ok(error)` when `out` matches `reference` within `tolerance` by `MEASURE`.
 pub fn pass(out: &[f32], reference: &[f32], tolerance: f64) -> Result<f64, Mismatch> {
     MEASURE.check(out, reference, tolerance)
 }

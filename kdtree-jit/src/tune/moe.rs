@@ -26,7 +26,7 @@ use crate::{Arch, Target, Variant};
 /// on the values (every expert has its own place in memory and the L2 is flushed), and an expert
 /// index gone wrong by less than this still reads other values and fails the gate; making all 384
 /// of K2's experts distinct would cost minutes of CPU time at every run.
-pub const DISTINCT: usize = 4;
+pub(crate) const DISTINCT: usize = 4;
 
 impl RoutingDist {
     /// The skewed draw's exponent: Zipf's classic weights 1 / (e + 1).
@@ -86,7 +86,7 @@ impl Family for W4a16Grouped {
     }
 }
 
-/// A layer's random weights: [`DISTINCT`] of each projection, [`RandomGemm`]'s.
+/// A layer's random weights: `DISTINCT` of each projection, [`RandomGemm`]'s.
 pub struct MoeLayer {
     pub shape: MoeShape,
     pub dtype: Dtype,

@@ -16,7 +16,7 @@ pub trait Runner {
     fn name(&self, c: &Self::Candidate) -> String;
     /// Runs `c` once on the problem's inputs and returns its output in f32, laid out as the reference.
     fn output(&mut self, c: &Self::Candidate) -> Result<Vec<f32>>;
-    /// The largest error ([`gate::MEASURE`]) that `c` may show and still be correct.
+    /// The largest error (`gate::MEASURE`) that `c` may show and still be correct.
     fn tolerance(&self, c: &Self::Candidate) -> f64;
     /// Readies the state `c` keeps between runs (split-K counters) before it is timed: the
     /// candidate timed before may have left it dirty. Not timed.
@@ -112,7 +112,7 @@ pub fn search<R: Runner, K: Clock>(
 }
 
 /// Times one candidate with the cache flushed before every rep.
-pub fn time<R: Runner, K: Clock>(
+pub(crate) fn time<R: Runner, K: Clock>(
     runner: &mut R,
     clock: &mut K,
     c: &R::Candidate,

@@ -85,7 +85,7 @@ pub fn tolerance(v: &W4a16) -> f64 {
 
 /// [`tolerance`] of a variant of any space that rounds as `mma` does (q * s to the dtype, sums in
 /// `acc`): by its dtype and accumulation.
-pub fn tolerance_for(dtype: Dtype, acc: Acc) -> f64 {
+pub(crate) fn tolerance_for(dtype: Dtype, acc: Acc) -> f64 {
     let eps = dtype.epsilon() as f64;
     match acc {
         Acc::F32 => 2.0 * eps,

@@ -4,9 +4,9 @@
 //! | concept | where |
 //! |---|---|
 //! | the declared space (axes, names, templates) | [`W4a16`] in [`space`] |
-//! | which points are valid, and why not | [`rules::check`] |
+//! | which points are valid, and why not | `rules::check` |
 //! | the weight layout all three algorithms read, and its CPU repack | [`layout`] |
-//! | how a variant launches: grid, block, shared memory, split-K workspace | [`launch`] |
+//! | how a variant launches: grid, block, shared memory, split-K workspace | `launch` |
 //! | random problems and the tolerance against the CPU reference | [`accuracy`] |
 //! | the Hopper `wgmma` family (sm_90a), its own space, layout and launch | [`wgmma`] |
 //! | every dense family as one variant type (what the tuner and the engine pick from) and one launch | [`dense`] |
@@ -48,9 +48,9 @@
 pub mod accuracy;
 pub mod dense;
 pub mod grouped;
-pub mod launch;
+pub(crate) mod launch;
 pub mod layout;
-pub mod rules;
+pub(crate) mod rules;
 pub mod space;
 pub mod wgmma;
 
@@ -60,7 +60,8 @@ use crate::AxisValue;
 
 pub use accuracy::{RandomGemm, tolerance};
 pub use dense::GemmBuffers;
-pub use layout::{DeviceWeights, repack, unpack};
+pub(crate) use layout::DeviceWeights;
+pub use layout::{repack, unpack};
 pub use space::W4a16;
 
 /// How a variant computes: tensor-core tiles, tensor-core weight streaming, or CUDA-core streaming.

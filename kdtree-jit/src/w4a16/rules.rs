@@ -41,7 +41,7 @@ fn incompatible(reason: impl Into<String>) -> Result<(), Invalid> {
 }
 
 /// `Ok` when `v` can run on `target`; otherwise the first reason it cannot.
-pub fn check(v: &W4a16, target: &Target) -> Result<(), Invalid> {
+pub(crate) fn check(v: &W4a16, target: &Target) -> Result<(), Invalid> {
     if v.acc == Acc::F16 && v.dtype == Dtype::Bf16 {
         return incompatible("f16 accumulation needs f16 activations: bf16 products do not fit f16's range");
     }

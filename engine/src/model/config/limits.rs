@@ -23,15 +23,15 @@ use crate::model::json::err;
 
 impl Config {
     /// The most any dimension or count may be.
-    pub const MAX_DIM: usize = 1 << 20;
+    pub(crate) const MAX_DIM: usize = 1 << 20;
     /// The most `max_position_embeddings` (and YaRN's original context) may be.
-    pub const MAX_POSITIONS: usize = 1 << 24;
+    pub(crate) const MAX_POSITIONS: usize = 1 << 24;
     /// The most positions the rotary table holds: Kimi K2's whole context (DeepSeek-V3's is 163840).
-    pub const MAX_ROTARY_POSITIONS: usize = 1 << 18;
+    pub(crate) const MAX_ROTARY_POSITIONS: usize = 1 << 18;
     /// The largest `routed_scaling_factor` accepted.
-    pub const MAX_ROUTED_SCALING: f64 = 1e3;
+    pub(crate) const MAX_ROUTED_SCALING: f64 = 1e3;
 
-    /// The positions a run may use: `max_position_embeddings`, at most [`Self::MAX_ROTARY_POSITIONS`].
+    /// The positions a run may use: `max_position_embeddings`, at most `Self::MAX_ROTARY_POSITIONS`.
     pub fn context_len(&self) -> usize {
         self.max_position_embeddings.min(Self::MAX_ROTARY_POSITIONS)
     }
@@ -55,7 +55,7 @@ impl Config {
     /// `num_hidden_layers` (plus `num_nextn_predict_layers`, DeepSeek-V3's multi-token-prediction
     /// layer, which the engine does not run): such layers would silently be ignored. `config_file`
     /// names config.json in the error.
-    pub fn check_checkpoint_layers<'a>(
+    pub(crate) fn check_checkpoint_layers<'a>(
         &self,
         config_file: &str,
         names: impl IntoIterator<Item = &'a str>,
@@ -84,7 +84,7 @@ impl Config {
     /// Checks that a checkpoint holding the tensors `names` has no shared experts in the layers the
     /// engine runs when the config's `n_shared_experts` is 0: left unread, they would silently drop
     /// a term of every MoE layer's output. `config_file` names config.json in the error.
-    pub fn check_checkpoint_shared_experts<'a>(
+    pub(crate) fn check_checkpoint_shared_experts<'a>(
         &self,
         config_file: &str,
         names: impl IntoIterator<Item = &'a str>,

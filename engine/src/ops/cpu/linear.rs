@@ -10,7 +10,7 @@ const FEATURE_BLOCK: usize = 16;
 
 /// Dense `y[m, n] = x[m, k] · w[n, k]ᵀ`, each output one fixed-order [`dot`]: bit-identical to
 /// [`w4a16_linear`] when `w` holds the dequantized values of the INT4 weight.
-pub fn linear(x: &[f32], m: usize, w: &[f32], n: usize) -> Result<Vec<f32>> {
+pub(crate) fn linear(x: &[f32], m: usize, w: &[f32], n: usize) -> Result<Vec<f32>> {
     let k = w.len().checked_div(n).unwrap_or(0);
     if w.len() != n * k || x.len() != m * k {
         return Err(EngineError::shape(
@@ -35,7 +35,7 @@ pub fn linear(x: &[f32], m: usize, w: &[f32], n: usize) -> Result<Vec<f32>> {
 
 /// [`linear`] over a weight in its stored dtype: 16-bit rows are widened to f32 (exactly) a block
 /// at a time, so the result is bit-identical to [`linear`] over the widened weight.
-pub fn dense_linear(x: &[f32], m: usize, w: &DenseWeight) -> Result<Vec<f32>> {
+pub(crate) fn dense_linear(x: &[f32], m: usize, w: &DenseWeight) -> Result<Vec<f32>> {
     let (n, k) = (w.n, w.k);
     if x.len() != m * k {
         return Err(EngineError::shape(
@@ -64,7 +64,7 @@ pub fn dense_linear(x: &[f32], m: usize, w: &DenseWeight) -> Result<Vec<f32>> {
 }
 
 /// W4A16 `y[m, n] = x[m, k] · dequant(w)[n, k]ᵀ` through the reference GEMM of kdtree-quant.
-pub fn w4a16_linear(x: &[f32], m: usize, w: &QuantizedWeight) -> Result<Vec<f32>> {
+pub(crate) fn w4a16_linear(x: &[f32], m: usize, w: &QuantizedWeight) -> Result<Vec<f32>> {
     w4a16_gemm_f32(x, m, w).map_err(|source| EngineError::Quant {
         file: "<activations>".into(),
         tensor: "x".into(),

@@ -12,7 +12,7 @@ pub fn rope_interleaved(x: &mut [f32], head_dim: usize, positions: &[usize], cos
 }
 
 /// Rotates `(x[i], x[i + head_dim/2])` pairs: the GPT-NeoX / `rotate_half` layout.
-pub fn rope_half_split(x: &mut [f32], head_dim: usize, positions: &[usize], cos: &[f32], sin: &[f32]) {
+pub(crate) fn rope_half_split(x: &mut [f32], head_dim: usize, positions: &[usize], cos: &[f32], sin: &[f32]) {
     let half = head_dim / 2;
     rotate(x, head_dim, positions, cos, sin, |i| (i, i + half));
 }

@@ -8,11 +8,11 @@ use super::softmax;
 use crate::registry::LogitTransform;
 
 /// Best first: the higher log-probability, then the lower token.
-pub fn rank_order(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
+pub(crate) fn rank_order(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
-/// The best `k` finite entries of one row of log-probs as (token, log-prob), sorted by [`rank_order`]:
+/// The best `k` finite entries of one row of log-probs as (token, log-prob), sorted by `rank_order`:
 /// a partial sort, O(vocab + k log k).
 pub fn top_k(row: &[f32], k: usize) -> Vec<(u32, f32)> {
     let mut all: Vec<(u32, f32)> =
@@ -29,7 +29,7 @@ pub fn top_k(row: &[f32], k: usize) -> Vec<(u32, f32)> {
 }
 
 /// Natural-log softmax of rows of `cols`, in place: the reference softmax, then ln.
-pub fn log_softmax(x: &mut [f32], cols: usize) {
+pub(crate) fn log_softmax(x: &mut [f32], cols: usize) {
     softmax(x, cols);
     x.par_iter_mut().for_each(|p| *p = p.ln());
 }

@@ -8,7 +8,7 @@ use crate::tune::error::{Result, TuneError};
 
 impl TuningDb {
     /// Reads the DB at `path`; a missing file is an empty DB. A file that does not parse (or is not
-    /// a regular file, or is larger than [`MAX_FILE_BYTES`]) is an error naming the file and the
+    /// a regular file, or is larger than `MAX_FILE_BYTES`) is an error naming the file and the
     /// place, and is not touched.
     pub fn open(path: &Path) -> Result<TuningDb> {
         let corrupt = |message: String| TuneError::CorruptDb { path: path.into(), message };

@@ -7,7 +7,7 @@
 //! the tile's first position in the sorted list, tiles in (expert, start) order.
 
 /// `(expert, start, rows)`: rows `start..start + rows` of the sorted list, all routed to `expert`.
-pub type Tile = [u32; 3];
+pub(crate) type Tile = [u32; 3];
 
 /// The sorted assignments and their tiles.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! | concept | where |
 //! |---|---|
 //! | the declared space, and its stream equivalent | [`W4a16Grouped`] in [`space`] |
-//! | which points are valid (stream's rule) | [`rules::check`] |
+//! | which points are valid (stream's rule) | `rules::check` |
 //! | assignments sorted by expert, cut into tiles, and the grid's bound | [`align()`], [`tile_bound`] |
 //! | the experts' stacked weights, the CPU reference product | [`repack_experts`], [`grouped_reference`] |
 //! | the loaded kernel and its launch | [`GroupedKernel`] |
@@ -44,7 +44,7 @@ pub mod reference;
 pub mod rules;
 pub mod space;
 
-pub use align::{Alignment, Tile, align, sample_routing, tile_bound};
+pub use align::{Alignment, align, sample_routing, tile_bound};
 pub use launch::{DeviceRows, Epilogue, GroupedBuffers, GroupedKernel, GroupedShape, grouped_host};
 pub use reference::{XRows, grouped_reference, grouped_silu_reference, interleave_gate_up, repack_experts};
 pub use space::W4a16Grouped;

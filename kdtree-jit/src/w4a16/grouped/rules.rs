@@ -11,12 +11,12 @@ use crate::{Invalid, Target};
 pub const STATIC_SMEM: usize = 16 * 4 + 16;
 
 /// Dynamic shared memory of a launch, in bytes: stream's (the warps' pipelines, or the reduction).
-pub fn dynamic_smem(v: &W4a16Grouped) -> usize {
+pub(crate) fn dynamic_smem(v: &W4a16Grouped) -> usize {
     shared_bytes(&v.stream())
 }
 
 /// `Ok` when `v` can run on `target`; otherwise the first reason it cannot.
-pub fn check(v: &W4a16Grouped, target: &Target) -> Result<(), Invalid> {
+pub(crate) fn check(v: &W4a16Grouped, target: &Target) -> Result<(), Invalid> {
     crate::w4a16::rules::check(&v.stream(), target)?;
     let requested = dynamic_smem(v) + STATIC_SMEM;
     let max = target.arch.smem_per_block_max();

@@ -19,14 +19,14 @@ use crate::w4a16::wgmma::W4a16Wgmma;
 use crate::{Error, Result, Variant};
 
 /// K of one weight chunk: four k16 steps, one 16-byte vector a thread.
-pub const CHUNK_K: usize = 64;
+pub(crate) const CHUNK_K: usize = 64;
 /// u32 words of one 64 x 64 chunk: 4 warps x 32 lanes x 4.
 const CHUNK_WORDS: usize = 512;
 /// Eight stored nibbles of q = 0: what the K padding holds (under zero scales in the kernel).
 const PAD: u32 = 0x8888_8888;
 
 /// Lengths of the repacked buffers of an [n, k] weight with group size `g`.
-pub fn lengths(n: usize, k: usize, g: usize) -> (usize, usize) {
+pub(crate) fn lengths(n: usize, k: usize, g: usize) -> (usize, usize) {
     let (packed, scales) = layout::lengths(n, k, g);
     (packed / k * k.next_multiple_of(CHUNK_K), scales)
 }
@@ -46,7 +46,7 @@ fn moves(n: usize, k: usize) -> impl Iterator<Item = (usize, usize)> {
 }
 
 /// Repacks `w` into the layout `v` reads (group size and scale dtype must be the variant's).
-pub fn repack(v: &W4a16Wgmma, w: &QuantizedWeight) -> Result<DeviceWeights> {
+pub(crate) fn repack(v: &W4a16Wgmma, w: &QuantizedWeight) -> Result<DeviceWeights> {
     let tiles = repack_as(&v.name(), v.group_size, v.dtype, w)?;
     let mut packed = vec![PAD; lengths(w.n, w.k, w.group_size).0];
     for (from, to) in moves(w.n, w.k) {
@@ -56,7 +56,7 @@ pub fn repack(v: &W4a16Wgmma, w: &QuantizedWeight) -> Result<DeviceWeights> {
 }
 
 /// The inverse of [`repack`]: the [n, k] weight that `d` holds (padding dropped).
-pub fn unpack(v: &W4a16Wgmma, d: &DeviceWeights, n: usize, k: usize) -> Result<QuantizedWeight> {
+pub(crate) fn unpack(v: &W4a16Wgmma, d: &DeviceWeights, n: usize, k: usize) -> Result<QuantizedWeight> {
     let g = v.group_size as usize;
     kdtree_quant::check_group("w4a16 wgmma layout", k, g)?;
     let (packed_len, _) = lengths(n, k, g);

@@ -10,9 +10,9 @@
 //! | concept | where |
 //! |---|---|
 //! | the declared space | [`W4a16Wgmma`] in [`space`] |
-//! | which points are valid (sm_90a only), and why not | [`rules::check`] |
-//! | its weight layout and CPU repack | [`layout`] |
-//! | how a variant launches: grid, block, shared memory, split-K workspace | [`launch`] |
+//! | which points are valid (sm_90a only), and why not | `rules::check` |
+//! | its weight layout and CPU repack | `layout` |
+//! | how a variant launches: grid, block, shared memory, split-K workspace | `launch` |
 //!
 //! ```no_run
 //! use kdtree_jit::{Gpu, Variant, compile_variant};
@@ -33,10 +33,9 @@
 //! # Ok(()) }
 //! ```
 
-pub mod launch;
-pub mod layout;
+pub(crate) mod launch;
+pub(crate) mod layout;
 pub mod rules;
 pub mod space;
 
-pub use layout::{lengths, repack, unpack};
 pub use space::W4a16Wgmma;

@@ -15,7 +15,7 @@ const ALIGN: usize = 1024;
 /// Dynamic shared memory of a launch, in bytes: `stages` stages of X (bm x bk halves) and, per
 /// warpgroup, its weight chunks (2 KiB per 64 x 64) and scale rows (128 bytes per group), each stage
 /// rounded up to the swizzle atom.
-pub fn shared_bytes(v: &W4a16Wgmma) -> usize {
+pub(crate) fn shared_bytes(v: &W4a16Wgmma) -> usize {
     let (bm, bk, warpgroups) = (v.bm as usize, v.bk as usize, (v.bn / WARPGROUP_N) as usize);
     let scale_rows = (bk / v.group_size as usize).max(1);
     let stage = bm * bk * 2 + warpgroups * (bk / CHUNK_K * 2048 + scale_rows * 128);
@@ -40,7 +40,7 @@ fn incompatible(reason: impl Into<String>) -> Result<(), Invalid> {
 }
 
 /// `Ok` when `v` can run on `target`; otherwise the first reason it cannot.
-pub fn check(v: &W4a16Wgmma, target: &Target) -> Result<(), Invalid> {
+pub(crate) fn check(v: &W4a16Wgmma, target: &Target) -> Result<(), Invalid> {
     if target.arch != Arch::SM_90A {
         return incompatible(format!(
             "wgmma is Hopper's arch-specific feature: compile for sm_90a (on an sm_90 device), not {}",

@@ -137,7 +137,7 @@ impl DflashConfig {
 
     /// The reference's `build_target_layer_ids`: the target layers a drafter of `draft_layers` layers
     /// reads when its config lists none, for a target of `target_layers` layers.
-    pub fn reference_layer_ids(target_layers: usize, draft_layers: usize) -> Vec<usize> {
+    pub(crate) fn reference_layer_ids(target_layers: usize, draft_layers: usize) -> Vec<usize> {
         default_target_layer_ids(target_layers, draft_layers)
     }
 
@@ -234,7 +234,7 @@ fn refuse_unsupported(file: &str, raw: &Raw) -> Result<()> {
 }
 
 /// YaRN as transformers reads it for a Qwen3 drafter (`_compute_yarn_parameters`): the frequencies of
-/// [`crate::model::yarn_inv_freq`], cos and sin scaled by `attention_factor`.
+/// `crate::model::yarn_inv_freq`, cos and sin scaled by `attention_factor`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DraftYarn {
     pub yarn: Yarn,

@@ -74,7 +74,7 @@ impl<B: Backend> DflashModel<B> {
     /// the drafter over `ctx` and itself, read through `target`'s LM head: the block's raw logits
     /// `[block_size, vocab]`, on the backend, before the config's transform ([`Self::transform`]). Row
     /// `i` drafts the token `i` places after `bonus`; row 0 (the bonus's own) drafts nothing.
-    pub fn block_logits(&self, target: &Model<B>, ctx: &DflashContext<B>, bonus: u32) -> Result<B::Tensor> {
+    pub(crate) fn block_logits(&self, target: &Model<B>, ctx: &DflashContext<B>, bonus: u32) -> Result<B::Tensor> {
         let (c, b) = (&self.config, &*self.backend);
         let n = c.block_size;
         let batch = self.batch(ctx.len, n)?;
@@ -97,7 +97,7 @@ impl<B: Backend> DflashModel<B> {
         target.lm_head(&b.rmsnorm(&x, &self.norm, c.rms_norm_eps)?)
     }
 
-    /// [`Self::block_logits`] on the host, transformed, without the bonus row: `[block_size − 1,
+    /// `Self::block_logits` on the host, transformed, without the bonus row: `[block_size − 1,
     /// vocab]`, the logits the reference implementation reports.
     pub fn draft_logits(&self, target: &Model<B>, ctx: &DflashContext<B>, bonus: u32) -> Result<Vec<f32>> {
         let mut logits = self.backend.to_host(&self.block_logits(target, ctx, bonus)?)?;
@@ -108,7 +108,7 @@ impl<B: Backend> DflashModel<B> {
     }
 
     /// How the logits become scores: the config's `output_multiplier` and `final_logit_softcapping`.
-    pub fn transform(&self) -> LogitTransform {
+    pub(crate) fn transform(&self) -> LogitTransform {
         LogitTransform { multiplier: self.config.output_multiplier, softcap: self.config.final_logit_softcapping }
     }
 
