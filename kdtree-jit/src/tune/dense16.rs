@@ -229,7 +229,9 @@ pub fn tune_dense16(
 ) -> Result<Vec<Dense16Tuned>> {
     let Dense16Request { shapes, ms, dtype, deadline } = *request;
     let arch = session.gpu.arch;
-    let valid = Dense16::valid_on(arch, dtype);
+    // Only the rows the M asked for time (rows_for): the rest are not compiled.
+    let rows: Vec<u32> = ms.iter().map(|&m| rows_for(m)).collect();
+    let valid: Vec<Dense16> = Dense16::valid_on(arch, dtype).into_iter().filter(|v| rows.contains(&v.rows)).collect();
     let kernels = session.compile_with(&valid, |_| arch, db, cache, false, |_| {}, Dense16Kernel::load)?;
     let m_max = ms.iter().copied().max().unwrap_or(1) as usize;
     let total = shapes.len() * ms.len();
