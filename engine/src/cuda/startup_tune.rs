@@ -350,23 +350,28 @@ mod tests {
         WeightShape { n: w.n, k: w.k, group_size: w.group_size, dtype: w.dtype }
     }
 
-    /// A DB entry of `w` at `bucket` measured in `env`, won by the default variant.
-    fn entry(w: &Int4Weight, bucket: u32, env: Environment) -> Entry {
-        let s = shape(w);
-        let t = TIMING;
+    /// An entry of `key` at `m` won by `variant` in `env`, in [`TIMING`] with cuBLAS beside.
+    fn won(key: ProblemKey, variant: String, m: u32, env: Environment) -> Entry {
         Entry {
-            key: ProblemKey::w4a16(bucket, Shape { n: s.n as u32, k: s.k as u32 }, 32, s.dtype, ARCH),
+            key,
             env,
-            variant: default_variant(&s).name(),
-            m: bucket,
-            timing: t,
+            variant,
+            m,
+            timing: TIMING,
             error: 0.0,
-            peers: Peers { cublas_bf16: Some(t), cublas_f16: None, copy_gbps: 4000.0 },
+            peers: Peers { cublas_bf16: Some(TIMING), cublas_f16: None, copy_gbps: 4000.0 },
             bytes: 1,
             timed: 1,
             rejected: Vec::new(),
             tuned_at_unix: 0,
         }
+    }
+
+    /// A DB entry of `w` at `bucket` measured in `env`, won by the default variant.
+    fn entry(w: &Int4Weight, bucket: u32, env: Environment) -> Entry {
+        let s = shape(w);
+        let key = ProblemKey::w4a16(bucket, Shape { n: s.n as u32, k: s.k as u32 }, 32, s.dtype, ARCH);
+        won(key, default_variant(&s).name(), bucket, env)
     }
 
     fn db(entries: Vec<Entry>) -> TuningDb {
@@ -375,20 +380,8 @@ mod tests {
 
     /// The streamed variant's entry of `s` at `m`, measured in `env`.
     fn dense_entry(s: DenseShape, m: u32, env: Environment) -> Entry {
-        let shape = Shape { n: s.n as u32, k: s.k as u32 };
-        Entry {
-            key: dense16::key(m, shape, s.dtype, ARCH),
-            env,
-            variant: Dense16::default_for(s.dtype).name(),
-            m,
-            timing: TIMING,
-            error: 0.0,
-            peers: Peers { cublas_bf16: Some(TIMING), cublas_f16: None, copy_gbps: 4000.0 },
-            bytes: dense16::bytes(shape, m as usize),
-            timed: 1,
-            rejected: Vec::new(),
-            tuned_at_unix: 0,
-        }
+        let key = dense16::key(m, Shape { n: s.n as u32, k: s.k as u32 }, s.dtype, ARCH);
+        won(key, Dense16::default_for(s.dtype).name(), m, env)
     }
 
     /// K2's routed experts: 384 of them, top-8, INT4 g32 with bf16 scales.
@@ -412,19 +405,8 @@ mod tests {
     /// The grouped default's entry of the K2 layer at `tokens`, measured in `env`.
     fn moe_entry(tokens: u32, env: Environment) -> Entry {
         let (layer, (group, dtype), _) = moe_problem(&EXPERTS, Mode::Fast).unwrap();
-        Entry {
-            key: ProblemKey::moe(tokens, &layer, group, dtype, ARCH),
-            env,
-            variant: W4a16Grouped::default_for(dtype, group, &Target { arch: ARCH }).name(),
-            m: tokens,
-            timing: TIMING,
-            error: 0.0,
-            peers: Peers { cublas_bf16: Some(TIMING), cublas_f16: None, copy_gbps: 4000.0 },
-            bytes: 1,
-            timed: 1,
-            rejected: Vec::new(),
-            tuned_at_unix: 0,
-        }
+        let variant = W4a16Grouped::default_for(dtype, group, &Target { arch: ARCH }).name();
+        won(ProblemKey::moe(tokens, &layer, group, dtype, ARCH), variant, tokens, env)
     }
 
     #[test]
