@@ -218,7 +218,7 @@ fn tune_at_startup(
             ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {elapsed}").expect("a valid template");
         ProgressBar::new(len as u64).with_style(style.progress_chars("=> ")).with_message(what.to_owned())
     };
-    let (mut compiling, mut tuning) = (None::<ProgressBar>, None::<ProgressBar>);
+    let (mut compiling, mut tuning, mut dense) = (None::<ProgressBar>, None::<ProgressBar>, None::<ProgressBar>);
     let summary = cuda
         .tune_at_startup(model, dtype, budget, &mut |p| match p {
             StartupProgress::W4a16(Progress::Compiling { done, total }) => {
@@ -235,14 +235,12 @@ fn tune_at_startup(
             StartupProgress::W4a16(Progress::Tuned(_)) => {}
             // After the W4A16 problems, one bar for the dense shapes.
             StartupProgress::Dense16 { done, total } => {
-                if tuning.as_ref().is_none_or(|b| b.message() != "dense16") {
-                    tuning.replace(bar(total, "dense16")).into_iter().for_each(|b| b.finish_and_clear());
-                }
-                tuning.iter().for_each(|b| b.set_position(done as u64))
+                tuning.take().into_iter().for_each(|b| b.finish_and_clear());
+                dense.get_or_insert_with(|| bar(total, "dense16")).set_position(done as u64)
             }
         })
         .with_context(|| format!("tuning {} at startup (--tune-budget 0 skips it)", model.display()))?;
-    tuning.into_iter().for_each(|b| b.finish_and_clear());
+    tuning.into_iter().chain(dense).for_each(|b| b.finish_and_clear());
     if let Some(summary) = summary {
         eprintln!("{summary}");
     }

@@ -75,6 +75,15 @@ pub struct TuneSummary {
     pub seconds: f64,
 }
 
+impl TuneSummary {
+    /// Counts a run's winners, failures and problems left for the budget.
+    fn add<P>(&mut self, outcome: &TuneOutcome<P>) {
+        self.tuned += outcome.entries.len();
+        self.failed += outcome.failed.len();
+        self.skipped += outcome.skipped.len();
+    }
+}
+
 impl std::fmt::Display for TuneSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "startup tuning: tuned {}, skipped {} for the budget", self.tuned, self.skipped)?;
@@ -218,6 +227,18 @@ fn db_shape(n: usize, k: usize, what: &dyn std::fmt::Display) -> Result<Shape> {
     Ok(Shape { n: key_size(n, &format_args!("{what}'s N"))?, k: key_size(k, &format_args!("{what}'s K"))? })
 }
 
+/// A request of tuning at startup: compile failures not retried, the one deadline.
+fn request<P>(problems: Vec<(P, u32)>, (group_size, dtype): (u32, Dtype), deadline: Instant) -> TuneRequest<P> {
+    TuneRequest {
+        problems,
+        group_size,
+        dtype,
+        retry_failed: false,
+        deadline: Some(deadline),
+        search: SearchConfig::default(),
+    }
+}
+
 /// Tunes `missing` within `budget` on the tuner `open` makes, adding the winners to `db` and saving
 /// it to `db_path` as it goes. `None`, without opening a tuner, when nothing is missing or the
 /// budget is 0. The budget counts from the call, opening the tuner included; a problem already
@@ -245,35 +266,17 @@ fn tune<T: StartupTuner>(
         let group = key_size(s.group_size, &format_args!("W4A16 shape {s}'s group size"))?;
         requests.entry((group, s.dtype)).or_default().extend(buckets.iter().map(|&b| (shape, b)));
     }
-    for ((group_size, dtype), problems) in requests {
-        let request = TuneRequest {
-            problems,
-            group_size,
-            dtype,
-            retry_failed: false,
-            deadline: Some(deadline),
-            search: SearchConfig::default(),
-        };
+    for (group_dtype, problems) in requests {
+        let request = request(problems, group_dtype, deadline);
         let outcome =
             run::tune(&mut tuner, db, db_path, cache, &request, &mut |p| progress(StartupProgress::W4a16(p)))?;
-        summary.tuned += outcome.entries.len();
-        summary.failed += outcome.failed.len();
-        summary.skipped += outcome.skipped.len();
+        summary.add(&outcome);
     }
     // The grouped MoE step: a request per layer kind (one for a model whose MoE layers are alike).
     for &(MoeProblem { layer, group_size, dtype }, tokens) in &missing.moe {
-        let request = TuneRequest {
-            problems: vec![(layer, tokens)],
-            group_size,
-            dtype,
-            retry_failed: false,
-            deadline: Some(deadline),
-            search: SearchConfig::default(),
-        };
+        let request = request(vec![(layer, tokens)], (group_size, dtype), deadline);
         let outcome = tuner.tune_moe(db, db_path, cache, &request, &mut |p| progress(StartupProgress::W4a16(p)))?;
-        summary.tuned += outcome.entries.len();
-        summary.failed += outcome.failed.len();
-        summary.skipped += outcome.skipped.len();
+        summary.add(&outcome);
     }
     // The streamed family: one request per dtype and M (exact mode plans one M, fast mode M = 1).
     let mut dense: BTreeMap<_, Vec<Shape>> = BTreeMap::new();
@@ -310,6 +313,10 @@ impl CudaBackend {
         budget: Duration,
         progress: &mut (dyn FnMut(StartupProgress<'_>) + Send),
     ) -> Result<Option<TuneSummary>> {
+        // No budget, no tuning: the checkpoint's headers are not read for nothing at every startup.
+        if budget.is_zero() {
+            return Ok(None);
+        }
         let planned = PlannedWeights::read(dir, dtype)?;
         let (tuning, arch) = (&self.tuning, self.gpu.arch);
         let missing = missing(&planned, self.weights.moe, tuning.mode, &tuning.db, &tuning.env, arch);

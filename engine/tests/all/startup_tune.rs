@@ -58,13 +58,18 @@ fn the_kimi_k2_presets_hold_the_shapes_the_engine_plans_for_k2s_experts() {
     assert_eq!((moe.group_size, moe.dtype, tokens), (KIMI_K2_MOE.group_size, KIMI_K2_MOE.dtype, 256));
 }
 
-#[test]
-#[ignore = "needs a GPU"]
-fn an_empty_db_gains_the_models_shapes_at_startup_and_the_load_runs_them() {
+/// A tiny model with INT4 routed experts (K a multiple of the kernels' tiles), and a folder for a DB.
+fn int4_experts_and_an_empty_db() -> (tempfile::TempDir, tempfile::TempDir) {
     let model = tempfile::tempdir().unwrap();
     let spec = TinySpec { int4_experts: true, hidden_size: 128, moe_intermediate_size: 128, ..TinySpec::default() };
     write_tiny_model(model.path(), &spec).unwrap();
-    let db_dir = tempfile::tempdir().unwrap();
+    (model, tempfile::tempdir().unwrap())
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn an_empty_db_gains_the_models_shapes_at_startup_and_the_load_runs_them() {
+    let (model, db_dir) = int4_experts_and_an_empty_db();
     let db_path = db_dir.path().join("tuning.json");
     // Per-expert MoE: the tiny model's only INT4 weights are its routed experts.
     let options =
@@ -107,10 +112,7 @@ fn an_empty_db_gains_the_models_shapes_at_startup_and_the_load_runs_them() {
 #[test]
 #[ignore = "needs a GPU"]
 fn the_grouped_moe_step_is_tuned_at_startup_once_and_the_load_runs() {
-    let model = tempfile::tempdir().unwrap();
-    let spec = TinySpec { int4_experts: true, hidden_size: 128, moe_intermediate_size: 128, ..TinySpec::default() };
-    write_tiny_model(model.path(), &spec).unwrap();
-    let db_dir = tempfile::tempdir().unwrap();
+    let (model, db_dir) = int4_experts_and_an_empty_db();
     let db_path = db_dir.path().join("tuning.json");
     // Grouped MoE (the default), exact mode at M = 1.
     let mut cuda =
