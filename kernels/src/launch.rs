@@ -218,8 +218,9 @@ pub unsafe fn moe_align(
     max_tiles: u32,
 );
 /// `out[t] = sum over s < k of weights[t, s] * f32(rows[positions[t * k + s]])`, ascending s, `rows`
-/// bf16 bits `[n_rows, h]`; a position past `n_rows` makes token t's row NaN.
-#[kernel(file = "cuda/moe_combine.cu", grid = tokens, block = 256)]
+/// bf16 bits `[n_rows, h]`; a position past `n_rows` makes token t's row NaN. A block per token and
+/// 1024 columns (the kernel's COLS).
+#[kernel(file = "cuda/moe_combine.cu", grid = (tokens, h.div_ceil(1024)), block = 256)]
 pub unsafe fn moe_combine_sorted_bf16(
     rows: &CudaSlice<u16>,
     positions: &CudaView<u32>,
