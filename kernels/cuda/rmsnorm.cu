@@ -21,6 +21,17 @@ __device__ float block_sum(float v) {
     return v;
 }
 
+// The float4 paths' arithmetic, shared so that a row has the same bits whether it is held in registers
+// or read twice.
+__device__ __forceinline__ float square_sum(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
+__device__ __forceinline__ float4 scaled(float4 v, float inv, float4 w) {
+    return make_float4(v.x * inv * w.x, v.y * inv * w.y, v.z * inv * w.z, v.w * inv * w.w);
+}
+// 1 / sqrtf rather than rsqrtf: both correctly rounded, as the CPU reference's 1.0 / sqrt.
+__device__ __forceinline__ float inverse_rms(float ss, unsigned int cols, float eps) {
+    return 1.0f / sqrtf(block_sum(ss) / (float)cols + eps);
+}
+
 // float4s a thread keeps in registers between the two passes: a row of up to HELD * 4 * blockDim
 // columns (8192 with 256 threads; K2's hidden size is 7168) is read from memory once, all its loads
 // in flight together, instead of one dependent load after another.
@@ -34,7 +45,7 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm(
     const float* xr = x + (size_t)row * cols;
     float* outr = out + (size_t)row * cols;
     const bool vec = vectorizable(xr, weight, outr, cols);
-    // Each thread sums its elements in ascending order in every path: the same bits whichever runs.
+    // Each thread sums its elements in ascending order; both float4 paths give a row the same bits.
     float ss = 0.0f;
     if (vec && cols / 4 <= HELD * blockDim.x) {
         const float4* x4 = reinterpret_cast<const float4*>(xr);
@@ -48,35 +59,28 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm(
         }
 #pragma unroll
         for (unsigned int j = 0; j < HELD; ++j) {
-            if (threadIdx.x + j * blockDim.x < n4) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+            if (threadIdx.x + j * blockDim.x < n4) ss += square_sum(v[j]);
         }
-        const float inv = 1.0f / sqrtf(block_sum(ss) / (float)cols + eps);
+        const float inv = inverse_rms(ss, cols, eps);
 #pragma unroll
         for (unsigned int j = 0; j < HELD; ++j) {
             const unsigned int i = threadIdx.x + j * blockDim.x;
-            if (i < n4) {
-                const float4 w = w4[i];
-                reinterpret_cast<float4*>(outr)[i] =
-                    make_float4(v[j].x * inv * w.x, v[j].y * inv * w.y, v[j].z * inv * w.z, v[j].w * inv * w.w);
-            }
+            if (i < n4) reinterpret_cast<float4*>(outr)[i] = scaled(v[j], inv, w4[i]);
         }
         return;
     }
     if (vec) {
         for (unsigned int i = threadIdx.x; i < cols / 4; i += blockDim.x) {
-            const float4 v = reinterpret_cast<const float4*>(xr)[i];
-            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            ss += square_sum(reinterpret_cast<const float4*>(xr)[i]);
         }
     } else {
         for (unsigned int i = threadIdx.x; i < cols; i += blockDim.x) ss += xr[i] * xr[i];
     }
-    // 1 / sqrtf rather than rsqrtf: both correctly rounded, as the CPU reference's 1.0 / sqrt.
-    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)cols + eps);
+    const float inv = inverse_rms(ss, cols, eps);
     if (vec) {
         for (unsigned int i = threadIdx.x; i < cols / 4; i += blockDim.x) {
-            const float4 v = reinterpret_cast<const float4*>(xr)[i];
-            const float4 w = reinterpret_cast<const float4*>(weight)[i];
-            reinterpret_cast<float4*>(outr)[i] = make_float4(v.x * inv * w.x, v.y * inv * w.y, v.z * inv * w.z, v.w * inv * w.w);
+            const float4 v = reinterpret_cast<const float4*>(xr)[i], w = reinterpret_cast<const float4*>(weight)[i];
+            reinterpret_cast<float4*>(outr)[i] = scaled(v, inv, w);
         }
     } else {
         for (unsigned int i = threadIdx.x; i < cols; i += blockDim.x) outr[i] = xr[i] * inv * weight[i];
