@@ -15,6 +15,43 @@ pub unsafe fn rmsnorm(
     eps: f32,
 );
 
+/// [`rmsnorm`], and `out` rounded to bf16 bits into `bits` (`rows * cols` values).
+#[kernel(file = "cuda/rmsnorm.cu", grid = rows, block = 256)]
+pub unsafe fn rmsnorm_bf16(
+    x: &CudaSlice<f32>,
+    weight: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+    bits: &mut CudaSlice<u16>,
+    rows: u32,
+    cols: u32,
+    eps: f32,
+);
+
+/// `x += y`, then [`rmsnorm`] of the sum into `out`.
+#[kernel(file = "cuda/rmsnorm.cu", grid = rows, block = 256)]
+pub unsafe fn add_rmsnorm(
+    x: &mut CudaSlice<f32>,
+    y: &CudaSlice<f32>,
+    weight: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+    rows: u32,
+    cols: u32,
+    eps: f32,
+);
+
+/// [`add_rmsnorm`], and `out` rounded to bf16 bits into `bits` (`rows * cols` values).
+#[kernel(file = "cuda/rmsnorm.cu", grid = rows, block = 256)]
+pub unsafe fn add_rmsnorm_bf16(
+    x: &mut CudaSlice<f32>,
+    y: &CudaSlice<f32>,
+    weight: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+    bits: &mut CudaSlice<u16>,
+    rows: u32,
+    cols: u32,
+    eps: f32,
+);
+
 /// `out = silu(gate) * up` over `n` elements.
 #[kernel(file = "cuda/silu_mul.cu", grid = n.div_ceil(256), block = 256)]
 pub unsafe fn silu_mul(gate: &CudaSlice<f32>, up: &CudaSlice<f32>, out: &mut CudaSlice<f32>, n: u32);
@@ -323,9 +360,12 @@ pub unsafe fn top_k_merge(
 );
 
 /// This crate's kernels; naming them also links their registrations into the program.
-pub fn all() -> [&'static KernelDef; 30] {
+pub fn all() -> [&'static KernelDef; 33] {
     [
         &rmsnorm::KERNEL,
+        &rmsnorm_bf16::KERNEL,
+        &add_rmsnorm::KERNEL,
+        &add_rmsnorm_bf16::KERNEL,
         &silu_mul::KERNEL,
         &rope_interleaved::KERNEL,
         &softmax::KERNEL,

@@ -3,7 +3,7 @@
 //!
 //! | op | CUDA source | launch |
 //! |---|---|---|
-//! | [`rmsnorm`] | `cuda/rmsnorm.cu` | a block of 256 per row, float4 loads |
+//! | [`rmsnorm`], [`add_rmsnorm`] (the residual add first; both may also write bf16 bits) | `cuda/rmsnorm.cu` | a block of 256 per row, float4 loads |
 //! | [`silu_mul`] | `cuda/silu_mul.cu` | a thread per element |
 //! | [`rope_interleaved`] | `cuda/rope_interleaved.cu` | a thread per rotated pair |
 //! | [`softmax`] | `cuda/softmax.cu.tera` (`BLOCK = 1024`) | a block per row |
@@ -59,4 +59,4 @@ pub use ops::rows::{
     copy_cols, embedding_bf16, gather_rows_f32, gather_rows_u16, place_cols, scatter_rows_bf16_to_f32,
 };
 pub use ops::top_k::top_k_log_softmax;
-pub use ops::{argmax, embedding, rmsnorm, rope_interleaved, silu_mul, softmax};
+pub use ops::{add_rmsnorm, argmax, embedding, rmsnorm, rope_interleaved, silu_mul, softmax};

@@ -120,12 +120,37 @@ impl CudaLinear {
     }
 }
 
+/// A GEMM's input rows in 16 bits: the bits the kernel that wrote the rows left beside them, or a
+/// cast of them.
+pub(super) enum HalfRows<'a> {
+    Kept(&'a CudaSlice<u16>),
+    Cast(CudaSlice<u16>),
+}
+
+impl std::ops::Deref for HalfRows<'_> {
+    type Target = CudaSlice<u16>;
+
+    fn deref(&self) -> &CudaSlice<u16> {
+        match self {
+            HalfRows::Kept(bits) => bits,
+            HalfRows::Cast(bits) => bits,
+        }
+    }
+}
+
 /// `x` rounded to `dtype` bits, in a buffer of at least `rows` rows (the rows past `x`'s left as
-/// they are: padding for exact mode's GEMMs, whose rows depend on their own row of X only).
-pub(super) fn to_half(b: &CudaBackend, x: &CudaTensor, dtype: Dtype, rows: usize) -> Result<CudaSlice<u16>> {
-    let mut out = b.output::<u16>(rows.max(x.rows) * x.cols)?;
-    ops::to_half(b.kernels(), &x.data, dtype, &mut out)?;
-    Ok(out)
+/// they are: padding for exact mode's GEMMs, whose rows depend on their own row of X only): `x`'s
+/// own bf16 bits where it has them for that many rows, the same bits a cast gives; else a cast.
+pub(super) fn to_half<'a>(b: &CudaBackend, x: &'a CudaTensor, dtype: Dtype, rows: usize) -> Result<HalfRows<'a>> {
+    let len = rows.max(x.rows) * x.cols;
+    match &x.bf16 {
+        Some(bits) if dtype == Dtype::Bf16 && bits.len() >= len => Ok(HalfRows::Kept(bits)),
+        _ => {
+            let mut out = b.output::<u16>(len)?;
+            ops::to_half(b.kernels(), &x.data, dtype, &mut out)?;
+            Ok(HalfRows::Cast(out))
+        }
+    }
 }
 
 /// `y[m, n] = x[m, k] · Wᵀ`.
@@ -136,7 +161,7 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, w: &CudaLinear) -> Result
     }
     if let CudaLinear::Dense32 { w, .. } = w {
         let data = dense(b, (GemmInput::F32, Compute::F32Pedantic), &x.data, w, (m, n, k))?;
-        return Ok(CudaTensor { data, rows: m, cols: n });
+        return Ok(CudaTensor::new(data, m, n));
     }
     let streamed = match w {
         CudaLinear::Dense { streamed: Some(kernel), .. } if m <= MAX_STREAMED_ROWS => Some(kernel),
@@ -152,16 +177,16 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, w: &CudaLinear) -> Result
         CudaLinear::Dense { w, .. } => {
             let data = match streamed {
                 Some(kernel) => streamed::forward(b, kernel, &xh, w, (m, n, k))?,
-                None => dense(b, (input, Compute::F32), &xh, w, (m, n, k))?,
+                None => dense(b, (input, Compute::F32), &*xh, w, (m, n, k))?,
             };
-            Ok(CudaTensor { data, rows: m, cols: n })
+            Ok(CudaTensor::new(data, m, n))
         }
         // (An f32 weight returned above: int4_half refuses it.)
         CudaLinear::Int4 { .. } | CudaLinear::Dense32 { .. } => {
             let y = int4_half(b, &xh, m, w)?;
             let mut out = b.output::<f32>(m * n)?;
             ops::from_half(b.kernels(), &y, w.dtype(), &mut out)?;
-            Ok(CudaTensor { data: out, rows: m, cols: n })
+            Ok(CudaTensor::new(out, m, n))
         }
     }
 }

@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaEvent, CudaStream};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use kdtree_jit::kernel::Kernels;
 use kdtree_jit::mla::{MlaDecode, MlaKv};
 use kdtree_jit::tune::db::TuningDb;
@@ -400,7 +400,13 @@ impl CudaBackend {
     }
 
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
-        Ok(CudaTensor { data: self.output::<f32>(rows * cols)?, rows, cols })
+        Ok(CudaTensor::new(self.output::<f32>(rows * cols)?, rows, cols))
+    }
+
+    /// A buffer for bf16 bits of `rows` rows of `cols`, padded to the rows an exact-mode GEMM reads
+    /// ([`CudaTensor`]'s `bf16`).
+    fn gemm_rows(&self, rows: usize, cols: usize) -> Result<CudaSlice<u16>> {
+        self.output::<u16>(gemm::padded_rows(rows) * cols)
     }
 }
 
@@ -520,8 +526,20 @@ impl Backend for CudaBackend {
 
     fn rmsnorm(&self, x: &CudaTensor, weight: &Self::Vector, eps: f32) -> Result<CudaTensor> {
         self.timed(rest, || {
-            let mut out = self.tensor(x.rows, x.cols)?;
-            kdtree_kernels::rmsnorm(&self.kernels, &x.data, weight, eps, &mut out.data)?;
+            let (mut out, mut bits) = (self.tensor(x.rows, x.cols)?, self.gemm_rows(x.rows, x.cols)?);
+            kdtree_kernels::rmsnorm(&self.kernels, &x.data, weight, eps, &mut out.data, Some(&mut bits))?;
+            out.bf16 = Some(bits);
+            Ok(out)
+        })
+    }
+
+    /// One launch: the residual add, then the norm, which also writes its bf16 bits.
+    fn add_rmsnorm(&self, x: &mut CudaTensor, y: &CudaTensor, weight: &Self::Vector, eps: f32) -> Result<CudaTensor> {
+        self.timed(rest, || {
+            let (mut out, mut bits) = (self.tensor(x.rows, x.cols)?, self.gemm_rows(x.rows, x.cols)?);
+            let x = x.data_mut();
+            kdtree_kernels::add_rmsnorm(&self.kernels, x, &y.data, weight, eps, &mut out.data, Some(&mut bits))?;
+            out.bf16 = Some(bits);
             Ok(out)
         })
     }
@@ -539,7 +557,7 @@ impl Backend for CudaBackend {
     }
 
     fn add_assign(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
-        self.timed(rest, || Ok(kdtree_kernels::add_assign(&self.kernels, &mut x.data, &y.data)?))
+        self.timed(rest, || Ok(kdtree_kernels::add_assign(&self.kernels, x.data_mut(), &y.data)?))
     }
 
     /// Rounded to bf16 (what a 16-bit or INT4 `down` reads anyway), or kept f32 for an f32 `down`.
@@ -551,17 +569,19 @@ impl Backend for CudaBackend {
             return self.timed(rest, || silu_mul_f32(self, x));
         }
         self.timed(rest, || {
-            let mut half = self.output::<u16>(x.len() / 2)?;
+            let mut half = self.gemm_rows(x.rows, x.cols / 2)?;
             kdtree_kernels::silu_mul_halves_f32(&self.kernels, &x.data, x.rows, x.cols / 2, &mut half)?;
             let mut out = self.tensor(x.rows, x.cols / 2)?;
             ops::from_half(&self.kernels, &half, kdtree_quant::Dtype::Bf16, &mut out.data)?;
+            // `down` reads these bits as they are.
+            out.bf16 = Some(half);
             Ok(out)
         })
     }
 
     fn reshape(&self, x: CudaTensor, cols: usize) -> Result<CudaTensor> {
         let rows = crate::cpu::whole_rows("reshape", x.len(), cols)?;
-        Ok(CudaTensor { data: x.data, rows, cols })
+        Ok(CudaTensor::new(x.data, rows, cols))
     }
 
     fn columns(&self, x: &CudaTensor, start: usize, len: usize) -> Result<CudaTensor> {
@@ -575,7 +595,7 @@ impl Backend for CudaBackend {
     fn zeros(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
         let len =
             rows.checked_mul(cols).ok_or_else(|| EngineError::shape("zeros", format!("{rows} rows of {cols}")))?;
-        Ok(CudaTensor { data: self.stream().alloc_zeros(len.max(1))?, rows, cols })
+        Ok(CudaTensor::new(self.stream().alloc_zeros(len.max(1))?, rows, cols))
     }
 
     fn place_columns(&self, dst: &mut CudaTensor, start: usize, x: &CudaTensor) -> Result<()> {
@@ -583,7 +603,8 @@ impl Backend for CudaBackend {
             return Err(EngineError::shape("place_columns", format!("{} rows into {}", x.rows, dst.rows)));
         }
         self.timed(rest, || {
-            Ok(kdtree_kernels::place_cols(&self.kernels, &x.data, x.cols, &mut dst.data, dst.cols, start)?)
+            let cols = dst.cols;
+            Ok(kdtree_kernels::place_cols(&self.kernels, &x.data, x.cols, dst.data_mut(), cols, start)?)
         })
     }
 
@@ -614,7 +635,8 @@ impl Backend for CudaBackend {
         if x.rows != batch.n {
             return Err(EngineError::shape("rope", format!("{} rows for a batch of {}", x.rows, batch.n)));
         }
-        self.timed(rest, || ops::rope(&self.kernels, &mut x.data, x.cols, span, &batch.positions, cos, sin))
+        let cols = x.cols;
+        self.timed(rest, || ops::rope(&self.kernels, x.data_mut(), cols, span, &batch.positions, cos, sin))
     }
 
     fn kv_append(
@@ -746,7 +768,7 @@ impl Backend for CudaBackend {
 
     fn upload(&self, data: &[f32], cols: usize) -> Result<CudaTensor> {
         let rows = crate::cpu::whole_rows("upload", data.len(), cols)?;
-        Ok(CudaTensor { data: self.stream().clone_htod(data)?, rows, cols })
+        Ok(CudaTensor::new(self.stream().clone_htod(data)?, rows, cols))
     }
 
     fn forward_argmax<F>(

@@ -281,7 +281,7 @@ pub(super) fn forward(b: &CudaBackend, x: &CudaTensor, e: &CudaExperts) -> Resul
         Experts::Grouped(g) => grouped_forward(b, x, g, r, &ids, &weights)?,
         Experts::PerExpert { experts, .. } => per_expert_forward(b, x, experts, r, &ids, &weights)?,
     };
-    Ok(CudaTensor { data: out, rows: m, cols: h })
+    Ok(CudaTensor::new(out, m, h))
 }
 
 /// The grouped experts of `x`'s tokens, in chunks of at most [`MAX_ASSIGNMENTS`] assignments (one

@@ -31,11 +31,12 @@ pub(crate) fn to_half(k: &Kernels, x: &CudaSlice<f32>, dtype: Dtype, out: &mut C
     Ok(())
 }
 
-/// `out = x` widened from `dtype` bits.
+/// `out` = the first `out.len()` values of `x` widened from `dtype` bits.
 pub(crate) fn from_half(k: &Kernels, x: &CudaSlice<u16>, dtype: Dtype, out: &mut CudaSlice<f32>) -> Result<()> {
+    let n = out.len();
     match dtype {
-        Dtype::Bf16 => kk::bf16_to_f32(k, x, out, x.len())?,
-        Dtype::F16 => kk::f16_to_f32(k, x, out, x.len())?,
+        Dtype::Bf16 => kk::bf16_to_f32(k, x, out, n)?,
+        Dtype::F16 => kk::f16_to_f32(k, x, out, n)?,
     }
     Ok(())
 }

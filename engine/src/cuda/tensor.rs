@@ -10,10 +10,16 @@ use crate::registry::Shaped;
 use kdtree_jit::mla::NewMask;
 
 /// f32 rows on the GPU; `data` holds exactly `rows * cols` values.
+///
+/// `bf16`: where the kernel that wrote `data` also wrote it rounded to bf16 (the norms, the SiLU
+/// gate), those bits, for at least [`super::gemm::padded_rows`] rows; a GEMM that reads bf16 takes
+/// them instead of a cast launch ([`super::linear::to_half`]). Code that writes `data` in place goes
+/// through [`CudaTensor::data_mut`], which drops them.
 pub struct CudaTensor {
     pub data: CudaSlice<f32>,
     pub rows: usize,
     pub cols: usize,
+    pub(crate) bf16: Option<CudaSlice<u16>>,
 }
 
 impl Shaped for CudaTensor {
@@ -27,6 +33,16 @@ impl Shaped for CudaTensor {
 }
 
 impl CudaTensor {
+    pub fn new(data: CudaSlice<f32>, rows: usize, cols: usize) -> CudaTensor {
+        CudaTensor { data, rows, cols, bf16: None }
+    }
+
+    /// `data` for writing in place: its bf16 bits, which would go stale, are dropped.
+    pub(crate) fn data_mut(&mut self) -> &mut CudaSlice<f32> {
+        self.bf16 = None;
+        &mut self.data
+    }
+
     pub fn len(&self) -> usize {
         self.rows * self.cols
     }

@@ -123,15 +123,13 @@ impl<B: Backend> Attention<B> {
         // Each head's query is [nope | rope]: rotate the rope part in place.
         b.rope(&mut q, RopeSpan { stride: nope + r, offset: nope, dim: r, layout }, &rope.cos, &rope.sin, batch)?;
         probe.check(&q, "self_attn.q after rope")?;
-        // kv_a is [latent | k_rope]: the latent is normalised, the rope part rotated; both are cached.
-        let kv_a = match self.q_a_rows {
-            0 => x_a,
-            rows => b.columns(&x_a, rows, c.kv_lora_rank + r)?,
-        };
-        let kv_a = checked("kv_a_proj_with_mqa", kv_a)?;
-        let latent = b.rmsnorm(&b.columns(&kv_a, 0, c.kv_lora_rank)?, &self.kv_a_norm, c.rms_norm_eps)?;
+        // kv_a is [latent | k_rope], columns q_a_rows.. of x_a: the latent is normalised, the rope part
+        // rotated; both are cached. Each part is copied out of x_a once.
+        let kv_a = self.q_a_rows;
+        probe.check_made(|| b.columns(&x_a, kv_a, c.kv_lora_rank + r), "self_attn.kv_a_proj_with_mqa")?;
+        let latent = b.rmsnorm(&b.columns(&x_a, kv_a, c.kv_lora_rank)?, &self.kv_a_norm, c.rms_norm_eps)?;
         let latent = checked("kv_a_layernorm", latent)?;
-        let mut k_rope = b.columns(&kv_a, c.kv_lora_rank, r)?;
+        let mut k_rope = b.columns(&x_a, kv_a + c.kv_lora_rank, r)?;
         b.rope(&mut k_rope, RopeSpan { stride: r, offset: 0, dim: r, layout }, &rope.cos, &rope.sin, batch)?;
         probe.check(&k_rope, "self_attn.k_rope after rope")?;
         b.kv_append(cache, layer, &latent, &k_rope, batch)?;

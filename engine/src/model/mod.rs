@@ -541,26 +541,28 @@ impl<B: Backend> Model<B> {
         let (c, b) = (&self.config, &*self.backend);
         let mut x = b.embedding(&self.embed, batch)?;
         probe.check(&x, "embedding")?;
+        // Each residual add is fused with the norm that reads its sum (the next layer's input norm,
+        // or the final norm after the last layer).
+        let first_norm = self.layers.first().map_or(&self.norm, |l| &l.input_norm);
+        let mut normed = b.rmsnorm(&x, first_norm, c.rms_norm_eps)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let probe = probe.layer(i);
-            let normed = b.rmsnorm(&x, &layer.input_norm, c.rms_norm_eps)?;
             probe.check(&normed, "input_layernorm")?;
             let attn = layer.attn.forward(b, c, &self.rope, &normed, i, cache, batch, &probe)?;
-            b.add_assign(&mut x, &attn)?;
+            let normed_attn = b.add_rmsnorm(&mut x, &attn, &layer.post_norm, c.rms_norm_eps)?;
             probe.check(&x, "residual after self_attn")?;
-            let normed = b.rmsnorm(&x, &layer.post_norm, c.rms_norm_eps)?;
-            probe.check(&normed, "post_attention_layernorm")?;
+            probe.check(&normed_attn, "post_attention_layernorm")?;
             let ffn = match &layer.ffn {
-                FeedForward::Dense(mlp) => mlp.forward(b, &normed, &probe, "mlp")?,
-                FeedForward::Moe(moe) => moe.forward(b, &normed, &probe)?,
+                FeedForward::Dense(mlp) => mlp.forward(b, &normed_attn, &probe, "mlp")?,
+                FeedForward::Moe(moe) => moe.forward(b, &normed_attn, &probe)?,
             };
-            b.add_assign(&mut x, &ffn)?;
+            let next_norm = self.layers.get(i + 1).map_or(&self.norm, |l| &l.input_norm);
+            normed = b.add_rmsnorm(&mut x, &ffn, next_norm, c.rms_norm_eps)?;
             probe.check(&x, "residual after mlp")?;
             if i + 1 < self.layers.len() {
                 tap(i, &x)?;
             }
         }
-        let normed = b.rmsnorm(&x, &self.norm, c.rms_norm_eps)?;
         probe.check(&normed, "norm")?;
         if let Some(last) = self.layers.len().checked_sub(1) {
             tap(last, &normed)?;

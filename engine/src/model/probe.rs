@@ -34,6 +34,14 @@ impl<'a, B: Backend> Probe<'a, B> {
         Self { backend: self.backend, every_op: self.every_op, layer: Some(i) }
     }
 
+    /// [`Self::check`] of a value that only the check needs: `make` runs only when checking every op.
+    pub fn check_made(&self, make: impl FnOnce() -> Result<B::Tensor>, op: impl Display) -> Result<()> {
+        match self.every_op {
+            true => self.check(&make()?, op),
+            false => Ok(()),
+        }
+    }
+
     /// Checks `x`, the output of `op` (formatted only for the error), when checking every op.
     pub fn check(&self, x: &B::Tensor, op: impl Display) -> Result<()> {
         if !self.every_op {

@@ -307,6 +307,18 @@ pub trait Backend: Send + Sync + Sized {
     fn linear(&self, x: &Self::Tensor, w: &Self::Linear) -> Result<Self::Tensor>;
     /// `x += y`.
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
+    /// A residual add and the norm after it: `x += y`, then the rmsnorm of the new `x`. A backend
+    /// may fuse the two; the values are those of [`Self::add_assign`] then [`Self::rmsnorm`].
+    fn add_rmsnorm(
+        &self,
+        x: &mut Self::Tensor,
+        y: &Self::Tensor,
+        weight: &Self::Vector,
+        eps: f32,
+    ) -> Result<Self::Tensor> {
+        self.add_assign(x, y)?;
+        self.rmsnorm(x, weight, eps)
+    }
     /// `silu(a) * b` where each row of `x` is `[a | b]`, halves of equal width; `down` is the weight
     /// that reads the result next, whose input dtype a backend may round it to.
     fn silu_mul(&self, x: &Self::Tensor, down: &Self::Linear) -> Result<Self::Tensor>;

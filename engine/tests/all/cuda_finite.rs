@@ -28,7 +28,7 @@ fn argmax_checked_counts_what_the_cpu_counts() {
         }
         x[..cols].iter_mut().for_each(|v| *v = f32::NAN);
         let want = CpuBackend.argmax_checked(&CpuTensor { data: x.clone(), cols }).unwrap();
-        let on_gpu = CudaTensor { data: gpu.stream().clone_htod(&x).unwrap(), rows, cols };
+        let on_gpu = CudaTensor::new(gpu.stream().clone_htod(&x).unwrap(), rows, cols);
         assert_eq!(gpu.argmax_checked(&on_gpu).unwrap(), want, "{rows} x {cols}");
     }
 }

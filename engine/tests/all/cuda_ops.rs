@@ -71,6 +71,11 @@ fn run_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
     let mut acc = b.linear(&normed, &w).unwrap();
     b.add_assign(&mut acc, &y).unwrap();
     out.push(("add_assign", b.to_host(&acc).unwrap(), F32_BOUND + BF16_BOUND));
+    // The residual add fused with the norm after it: the sum in place, and its norm.
+    let mut res = b.linear(&normed, &w).unwrap();
+    let fused = b.add_rmsnorm(&mut res, &y, &norm, 1e-6).unwrap();
+    out.push(("add_rmsnorm (the sum)", b.to_host(&res).unwrap(), F32_BOUND + BF16_BOUND));
+    out.push(("add_rmsnorm", b.to_host(&fused).unwrap(), F32_BOUND + BF16_BOUND));
     out.push(("silu_mul", b.to_host(&b.silu_mul(&y, &w).unwrap()).unwrap(), BF16_BOUND));
     out.push(("columns", b.to_host(&b.columns(&y, 10, 24).unwrap()).unwrap(), BF16_BOUND));
     // Rotary tables of 16 positions for a rope part of 8: 4 heads of 16 columns, columns 6..14.
@@ -183,5 +188,47 @@ fn every_op_on_cuda_matches_the_cpu_backend_within_its_bound() {
         for ((name, r, bound), (_, o, _)) in reference.into_iter().zip(ours) {
             check(name, r, o, bound);
         }
+    }
+}
+
+/// A norm's output (and the SiLU gate's) carries its bf16 bits for the GEMM that reads it next, in
+/// place of a cast launch: that GEMM's output equals, bit for bit, the output from a copy of the same
+/// rows, which carries no bits and is cast. At 1 and 5 rows (streamed and W4A16 kernels) and 130
+/// (cuBLAS in two exact-mode chunks).
+#[test]
+#[ignore = "needs a GPU"]
+fn a_gemm_reading_kept_bf16_bits_equals_one_reading_a_cast() {
+    let b = cuda();
+    let h = 96;
+    let norm = b.vector(&symmetric(h, 7, 1.0)).unwrap();
+    let weights = [("bf16", dense(64, h, 8)), ("W4A16", int4(64, h, 9))]
+        .map(|(name, w)| (name, b.linear_weight(name, w).unwrap()));
+    let down = b.linear_weight("down", dense(h, 32, 10)).unwrap();
+    for rows in [1, 5, 130] {
+        let x = b.upload(&symmetric(rows * h, rows as u64, 3.0), h).unwrap();
+        let (mut res, y) =
+            (b.upload(&symmetric(rows * h, 11, 3.0), h).unwrap(), b.upload(&symmetric(rows * h, 12, 3.0), h).unwrap());
+        let normed = [b.rmsnorm(&x, &norm, 1e-6).unwrap(), b.add_rmsnorm(&mut res, &y, &norm, 1e-6).unwrap()];
+        for (which, normed) in ["rmsnorm", "add_rmsnorm"].into_iter().zip(&normed) {
+            let plain = b.columns(normed, 0, h).unwrap();
+            for (name, w) in &weights {
+                let (kept, cast) = (
+                    b.to_host(&b.linear(normed, w).unwrap()).unwrap(),
+                    b.to_host(&b.linear(&plain, w).unwrap()).unwrap(),
+                );
+                assert!(
+                    kept.iter().zip(&cast).all(|(a, c)| a.to_bits() == c.to_bits()),
+                    "{which} -> {name} at {rows} rows"
+                );
+            }
+        }
+        let gate_up = b.linear(&normed[0], &weights[0].1).unwrap();
+        let act = b.silu_mul(&gate_up, &down).unwrap();
+        let plain = b.columns(&act, 0, 32).unwrap();
+        let (kept, cast) = (
+            b.to_host(&b.linear(&act, &down).unwrap()).unwrap(),
+            b.to_host(&b.linear(&plain, &down).unwrap()).unwrap(),
+        );
+        assert!(kept.iter().zip(&cast).all(|(a, c)| a.to_bits() == c.to_bits()), "silu_mul -> down at {rows} rows");
     }
 }

@@ -21,19 +21,60 @@ use kdtree_jit::kernel::Kernels;
 use crate::error::Result;
 use crate::{launch, shape};
 
-/// Rows of `weight.len()`: `out = x / sqrt(mean(x²) + eps) * weight`.
+/// Rows of `weight.len()`: `out = x / sqrt(mean(x²) + eps) * weight`; with `bits`, also `out`
+/// rounded to bf16 (the cast's bits) into its first `x.len()` values, for a GEMM that reads bf16.
 pub fn rmsnorm(
     k: &Kernels,
     x: &CudaSlice<f32>,
     weight: &CudaSlice<f32>,
     eps: f32,
     out: &mut CudaSlice<f32>,
+    bits: Option<&mut CudaSlice<u16>>,
 ) -> Result<()> {
-    let (rows, cols) = shape::rows("rmsnorm", x.len(), weight.len())?;
-    shape::same("rmsnorm", "x and out", x.len(), out.len())?;
-    // SAFETY: x and out hold rows * cols values, weight cols.
-    unsafe { launch::rmsnorm(k, x, weight, out, rows, cols, eps) }?;
+    let (rows, cols) = norm_shape("rmsnorm", x.len(), weight.len(), out.len(), bits.as_deref())?;
+    // SAFETY: x and out hold rows * cols values, weight cols, bits at least rows * cols.
+    match bits {
+        None => unsafe { launch::rmsnorm(k, x, weight, out, rows, cols, eps) }?,
+        Some(bits) => unsafe { launch::rmsnorm_bf16(k, x, weight, out, bits, rows, cols, eps) }?,
+    }
     Ok(())
+}
+
+/// The residual add and the next norm in one launch: `x += y`, then [`rmsnorm`] of the sum (the bits
+/// of `add_assign` followed by `rmsnorm`).
+pub fn add_rmsnorm(
+    k: &Kernels,
+    x: &mut CudaSlice<f32>,
+    y: &CudaSlice<f32>,
+    weight: &CudaSlice<f32>,
+    eps: f32,
+    out: &mut CudaSlice<f32>,
+    bits: Option<&mut CudaSlice<u16>>,
+) -> Result<()> {
+    shape::same("add_rmsnorm", "x and y", x.len(), y.len())?;
+    let (rows, cols) = norm_shape("add_rmsnorm", x.len(), weight.len(), out.len(), bits.as_deref())?;
+    // SAFETY: x, y and out hold rows * cols values, weight cols, bits at least rows * cols.
+    match bits {
+        None => unsafe { launch::add_rmsnorm(k, x, y, weight, out, rows, cols, eps) }?,
+        Some(bits) => unsafe { launch::add_rmsnorm_bf16(k, x, y, weight, out, bits, rows, cols, eps) }?,
+    }
+    Ok(())
+}
+
+/// The rows and columns of a norm of `x` by `weight` into `out` (and `bits`, at least as long).
+fn norm_shape(
+    op: &'static str,
+    x: usize,
+    weight: usize,
+    out: usize,
+    bits: Option<&CudaSlice<u16>>,
+) -> Result<(u32, u32)> {
+    let shape = shape::rows(op, x, weight)?;
+    shape::same(op, "x and out", x, out)?;
+    if let Some(bits) = bits {
+        shape::at_least(op, x, x, bits.len())?;
+    }
+    Ok(shape)
 }
 
 /// `out = silu(gate) * up`, element-wise.

@@ -12,6 +12,9 @@ fn every_kernel_is_registered_and_compiles_for_sm90_and_sm120() {
         names,
         [
             "rmsnorm",
+            "rmsnorm_bf16",
+            "add_rmsnorm",
+            "add_rmsnorm_bf16",
             "silu_mul",
             "rope_interleaved",
             "softmax",

@@ -34,9 +34,49 @@ proptest! {
         let k = kernels();
         let (dx, dw) = (k.stream().clone_htod(&x).unwrap(), k.stream().clone_htod(&w).unwrap());
         let mut out = k.stream().alloc_zeros::<f32>(x.len()).unwrap();
-        kdtree_kernels::rmsnorm(k, &dx, &dw, 1e-6, &mut out).unwrap();
+        kdtree_kernels::rmsnorm(k, &dx, &dw, 1e-6, &mut out, None).unwrap();
         let got = k.stream().clone_dtoh(&out).unwrap();
         prop_assert!(max_error(&got, &want) <= 2e-5, "error {}", max_error(&got, &want));
+    }
+
+    /// The fused norms give the unfused chain's bits: `add_rmsnorm` = `add_assign` then `rmsnorm`,
+    /// with or without bf16 bits, and the bits are the f32 output's cast (`half`'s rounding).
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn the_fused_norms_give_add_assign_then_rmsnorms_bits(rows in 1usize..5, cols in 1usize..10_000, seed: u64) {
+        let (x, y, w) = (values(rows * cols, 4.0, seed), values(rows * cols, 4.0, seed ^ 1), values(cols, 2.0, !seed));
+        let k = kernels();
+        let s = k.stream();
+        let (dy, dw) = (s.clone_htod(&y).unwrap(), s.clone_htod(&w).unwrap());
+        // Unfused: the residual add, then the norm.
+        let mut sum = s.clone_htod(&x).unwrap();
+        kdtree_kernels::add_assign(k, &mut sum, &dy).unwrap();
+        let mut want = s.alloc_zeros::<f32>(x.len()).unwrap();
+        kdtree_kernels::rmsnorm(k, &sum, &dw, 1e-6, &mut want, None).unwrap();
+        let (want_sum, want) = (s.clone_dtoh(&sum).unwrap(), s.clone_dtoh(&want).unwrap());
+        for round in [false, true] {
+            let mut fused = s.clone_htod(&x).unwrap();
+            let mut out = s.alloc_zeros::<f32>(x.len()).unwrap();
+            // One spare value past the rows: the bits buffer may be longer (padded rows).
+            let mut bits = s.alloc_zeros::<u16>(x.len() + 1).unwrap();
+            kdtree_kernels::add_rmsnorm(k, &mut fused, &dy, &dw, 1e-6, &mut out, round.then_some(&mut bits)).unwrap();
+            prop_assert_eq!(s.clone_dtoh(&fused).unwrap(), want_sum.clone());
+            let got = s.clone_dtoh(&out).unwrap();
+            prop_assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "add_rmsnorm's bits");
+            let bits = s.clone_dtoh(&bits).unwrap();
+            let cast: Vec<u16> = got.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+            let expected: &[u16] = if round { &cast } else { &vec![0; x.len()] };
+            prop_assert_eq!(&bits[..x.len()], expected);
+            prop_assert_eq!(bits[x.len()], 0);
+        }
+        // rmsnorm with bits: the same f32 output, and its cast.
+        let mut out = s.alloc_zeros::<f32>(x.len()).unwrap();
+        let mut bits = s.alloc_zeros::<u16>(x.len()).unwrap();
+        kdtree_kernels::rmsnorm(k, &sum, &dw, 1e-6, &mut out, Some(&mut bits)).unwrap();
+        let got = s.clone_dtoh(&out).unwrap();
+        prop_assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "rmsnorm_bf16's bits");
+        let cast: Vec<u16> = got.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
+        prop_assert_eq!(s.clone_dtoh(&bits).unwrap(), cast);
     }
 
     #[test]

@@ -77,7 +77,7 @@ fn kernels_at_kimi_k2_sizes() {
         cpu::rmsnorm(&x, &w, 1e-6, &mut want);
         let (dx, dw) = (s.clone_htod(&x).unwrap(), s.clone_htod(&w).unwrap());
         let mut out = s.alloc_zeros::<f32>(x.len()).unwrap();
-        let ms = harness.median_ms(|| kdtree_kernels::rmsnorm(k, &dx, &dw, 1e-6, &mut out).unwrap());
+        let ms = harness.median_ms(|| kdtree_kernels::rmsnorm(k, &dx, &dw, 1e-6, &mut out, None).unwrap());
         let bytes = 2 * x.len() * 4 + HIDDEN * 4;
         let got = s.clone_dtoh(&out).unwrap();
         rows.push(Row {
