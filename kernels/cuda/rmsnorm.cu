@@ -37,8 +37,8 @@ __device__ float block_sum(float v) {
     return v;
 }
 
-// The float4 paths' arithmetic, shared so that a row has the same bits whether it is held in registers
-// or read twice.
+// The arithmetic of every path, shared so that a row has the same bits whether it is held in
+// registers, read twice, or read element by element (unaligned).
 __device__ __forceinline__ float square_sum(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 __device__ __forceinline__ float4 scaled(float4 v, float inv, float4 w) {
     return make_float4(v.x * inv * w.x, v.y * inv * w.y, v.z * inv * w.z, v.w * inv * w.w);
@@ -59,15 +59,16 @@ __device__ __forceinline__ float inverse_rms(float ss, unsigned int cols, float 
 // in flight together, instead of one dependent load after another.
 #define HELD 8
 
-// One row. ADD: x += y first (x written back), then the norm of the sum. bits (ROUND): out as bf16.
+// One row; x's rows are x_stride apart (the columns of a wider row). ADD: x += y first (x written
+// back), then the norm of the sum. bits (ROUND): out as bf16.
 template <bool ADD, bool ROUND>
 __device__ __forceinline__ void norm_row(float* __restrict__ x, const float* __restrict__ y,
                                          const float* __restrict__ weight, float* __restrict__ out,
                                          unsigned short* __restrict__ bits, unsigned int rows, unsigned int cols,
-                                         float eps) {
+                                         unsigned int x_stride, float eps) {
     const unsigned int row = blockIdx.x;
     if (row >= rows) return;
-    float* xr = x + (size_t)row * cols;
+    float* xr = x + (size_t)row * x_stride;
     const float* yr = ADD ? y + (size_t)row * cols : xr;
     float* outr = out + (size_t)row * cols;
     unsigned short* br = ROUND ? bits + (size_t)row * cols : nullptr;
@@ -76,7 +77,7 @@ __device__ __forceinline__ void norm_row(float* __restrict__ x, const float* __r
     const float4* y4 = reinterpret_cast<const float4*>(yr);
     const float4* w4 = reinterpret_cast<const float4*>(weight);
     const unsigned int n4 = cols / 4;
-    // Each thread sums its elements in ascending order; both float4 paths give a row the same bits.
+    // Each thread sums its quads (4 columns) in ascending order, the same on every path.
     float ss = 0.0f;
     if (vec && n4 <= HELD * blockDim.x) {
         float4 v[HELD];
@@ -106,7 +107,7 @@ __device__ __forceinline__ void norm_row(float* __restrict__ x, const float* __r
         return;
     }
     // Longer or unaligned rows: the first pass writes the sum back, the second reads it (each thread
-    // its own elements, so no barrier is needed between them).
+    // its own quads, so no barrier is needed between them).
     if (vec) {
         for (unsigned int i = threadIdx.x; i < n4; i += blockDim.x) {
             const float4 v = ADD ? added(x4[i], y4[i]) : x4[i];
@@ -114,9 +115,21 @@ __device__ __forceinline__ void norm_row(float* __restrict__ x, const float* __r
             ss += square_sum(v);
         }
     } else {
-        for (unsigned int i = threadIdx.x; i < cols; i += blockDim.x) {
-            if (ADD) xr[i] += yr[i];
-            ss += xr[i] * xr[i];
+        // Element by element, in the quads the float4 paths take (a short last quad padded with
+        // zeros, which add nothing): a row's bits do not depend on its alignment, so columns read
+        // in place (rmsnorm_columns) equal the same columns copied out.
+        for (unsigned int q = threadIdx.x; q < (cols + 3) / 4; q += blockDim.x) {
+            float e[4];
+#pragma unroll
+            for (unsigned int c = 0; c < 4; ++c) {
+                const unsigned int i = 4 * q + c;
+                e[c] = 0.0f;
+                if (i < cols) {
+                    if (ADD) xr[i] += yr[i];
+                    e[c] = xr[i];
+                }
+            }
+            ss += square_sum(make_float4(e[0], e[1], e[2], e[3]));
         }
     }
     const float inv = inverse_rms(ss, cols, eps);
@@ -127,33 +140,36 @@ __device__ __forceinline__ void norm_row(float* __restrict__ x, const float* __r
             if (ROUND) reinterpret_cast<uint2*>(br)[i] = bf16_quad(o);
         }
     } else {
-        for (unsigned int i = threadIdx.x; i < cols; i += blockDim.x) {
-            outr[i] = xr[i] * inv * weight[i];
-            if (ROUND) br[i] = to_bf16(outr[i]);
+        // The same quads: a thread reads back only the sums it wrote.
+        for (unsigned int q = threadIdx.x; q < (cols + 3) / 4; q += blockDim.x) {
+            for (unsigned int i = 4 * q; i < 4 * q + 4 && i < cols; ++i) {
+                outr[i] = xr[i] * inv * weight[i];
+                if (ROUND) br[i] = to_bf16(outr[i]);
+            }
         }
     }
 }
 
 extern "C" __global__ void __launch_bounds__(1024) rmsnorm(
     const float* __restrict__ x, const float* __restrict__ weight, float* __restrict__ out,
-    unsigned int rows, unsigned int cols, float eps) {
-    norm_row<false, false>(const_cast<float*>(x), nullptr, weight, out, nullptr, rows, cols, eps);
+    unsigned int rows, unsigned int cols, unsigned int x_stride, float eps) {
+    norm_row<false, false>(const_cast<float*>(x), nullptr, weight, out, nullptr, rows, cols, x_stride, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) rmsnorm_bf16(
     const float* __restrict__ x, const float* __restrict__ weight, float* __restrict__ out,
-    unsigned short* __restrict__ bits, unsigned int rows, unsigned int cols, float eps) {
-    norm_row<false, true>(const_cast<float*>(x), nullptr, weight, out, bits, rows, cols, eps);
+    unsigned short* __restrict__ bits, unsigned int rows, unsigned int cols, unsigned int x_stride, float eps) {
+    norm_row<false, true>(const_cast<float*>(x), nullptr, weight, out, bits, rows, cols, x_stride, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(
     float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ weight, float* __restrict__ out,
     unsigned int rows, unsigned int cols, float eps) {
-    norm_row<true, false>(x, y, weight, out, nullptr, rows, cols, eps);
+    norm_row<true, false>(x, y, weight, out, nullptr, rows, cols, cols, eps);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm_bf16(
     float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ weight, float* __restrict__ out,
     unsigned short* __restrict__ bits, unsigned int rows, unsigned int cols, float eps) {
-    norm_row<true, true>(x, y, weight, out, bits, rows, cols, eps);
+    norm_row<true, true>(x, y, weight, out, bits, rows, cols, cols, eps);
 }

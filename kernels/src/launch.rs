@@ -4,26 +4,28 @@
 use cudarc::driver::{CudaSlice, CudaView};
 use kdtree_jit::kernel::{KernelDef, kernel};
 
-/// RMSNorm of `rows` rows of `cols`: `out = x / sqrt(mean(x²) + eps) * weight`.
+/// RMSNorm of `rows` rows of `cols`, `x_stride` apart in `x`: `out = x / sqrt(mean(x²) + eps) * weight`.
 #[kernel(file = "cuda/rmsnorm.cu", grid = rows, block = 256)]
 pub unsafe fn rmsnorm(
-    x: &CudaSlice<f32>,
+    x: &CudaView<f32>,
     weight: &CudaSlice<f32>,
     out: &mut CudaSlice<f32>,
     rows: u32,
     cols: u32,
+    x_stride: u32,
     eps: f32,
 );
 
 /// [`rmsnorm`], and `out` rounded to bf16 bits into `bits` (`rows * cols` values).
 #[kernel(file = "cuda/rmsnorm.cu", grid = rows, block = 256)]
 pub unsafe fn rmsnorm_bf16(
-    x: &CudaSlice<f32>,
+    x: &CudaView<f32>,
     weight: &CudaSlice<f32>,
     out: &mut CudaSlice<f32>,
     bits: &mut CudaSlice<u16>,
     rows: u32,
     cols: u32,
+    x_stride: u32,
     eps: f32,
 );
 

@@ -533,6 +533,26 @@ impl Backend for CudaBackend {
         })
     }
 
+    /// One launch, reading the columns in place; the norm also writes its bf16 bits.
+    fn rmsnorm_columns(
+        &self,
+        x: &CudaTensor,
+        (start, len): (usize, usize),
+        weight: &Self::Vector,
+        eps: f32,
+    ) -> Result<CudaTensor> {
+        if weight.len() != len {
+            return Err(EngineError::shape("rmsnorm", format!("{len} columns against a weight of {}", weight.len())));
+        }
+        self.timed(rest, || {
+            let (mut out, mut bits) = (self.tensor(x.rows, len)?, self.gemm_rows(x.rows, len)?);
+            let x = (&x.data, x.cols, start);
+            kdtree_kernels::ops::rmsnorm_columns(&self.kernels, x, weight, eps, &mut out.data, Some(&mut bits))?;
+            out.bf16 = Some(bits);
+            Ok(out)
+        })
+    }
+
     /// One launch: the residual add, then the norm, which also writes its bf16 bits.
     fn add_rmsnorm(&self, x: &mut CudaTensor, y: &CudaTensor, weight: &Self::Vector, eps: f32) -> Result<CudaTensor> {
         self.timed(rest, || {

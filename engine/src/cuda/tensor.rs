@@ -12,9 +12,9 @@ use kdtree_jit::mla::NewMask;
 /// f32 rows on the GPU; `data` holds exactly `rows * cols` values.
 ///
 /// `bf16`: where the kernel that wrote `data` also wrote it rounded to bf16 (the norms, the SiLU
-/// gate), those bits, for at least [`super::gemm::padded_rows`] rows; a GEMM that reads bf16 takes
-/// them instead of a cast launch ([`super::linear::to_half`]). Code that writes `data` in place goes
-/// through [`CudaTensor::data_mut`], which drops them.
+/// gate), those bits, for at least the rows an exact-mode GEMM reads (`gemm::padded_rows`); a GEMM
+/// that reads bf16 takes them instead of a cast launch (`linear::to_half`). Code that writes `data`
+/// in place goes through `CudaTensor::data_mut`, which drops them.
 pub struct CudaTensor {
     pub data: CudaSlice<f32>,
     pub rows: usize,

@@ -111,23 +111,30 @@ impl<B: Backend> Attention<B> {
         let mut q = match &self.q {
             QueryProj::Direct(w) => checked("q_proj", b.linear(x, w)?)?,
             QueryProj::LowRank { a, norm, b: wb } => {
+                let eps = c.rms_norm_eps;
                 let qa = match a {
-                    Some(a) => b.linear(x, a)?,
-                    None => b.columns(&x_a, 0, self.q_a_rows)?,
+                    Some(a) => {
+                        let qa = checked("q_a_proj", b.linear(x, a)?)?;
+                        b.rmsnorm(&qa, norm, eps)?
+                    }
+                    // The first q_a_rows columns of x_a, normalised where they lie.
+                    None => {
+                        probe.check_made(|| b.columns(&x_a, 0, self.q_a_rows), "self_attn.q_a_proj")?;
+                        b.rmsnorm_columns(&x_a, (0, self.q_a_rows), norm, eps)?
+                    }
                 };
-                let qa = checked("q_a_proj", qa)?;
-                let qa = checked("q_a_layernorm", b.rmsnorm(&qa, norm, c.rms_norm_eps)?)?;
+                let qa = checked("q_a_layernorm", qa)?;
                 checked("q_b_proj", b.linear(&qa, wb)?)?
             }
         };
         // Each head's query is [nope | rope]: rotate the rope part in place.
         b.rope(&mut q, RopeSpan { stride: nope + r, offset: nope, dim: r, layout }, &rope.cos, &rope.sin, batch)?;
         probe.check(&q, "self_attn.q after rope")?;
-        // kv_a is [latent | k_rope], columns q_a_rows.. of x_a: the latent is normalised, the rope part
-        // rotated; both are cached. Each part is copied out of x_a once.
+        // kv_a is [latent | k_rope], columns q_a_rows.. of x_a: the latent is normalised where it lies,
+        // the rope part copied out and rotated; both are cached.
         let kv_a = self.q_a_rows;
         probe.check_made(|| b.columns(&x_a, kv_a, c.kv_lora_rank + r), "self_attn.kv_a_proj_with_mqa")?;
-        let latent = b.rmsnorm(&b.columns(&x_a, kv_a, c.kv_lora_rank)?, &self.kv_a_norm, c.rms_norm_eps)?;
+        let latent = b.rmsnorm_columns(&x_a, (kv_a, c.kv_lora_rank), &self.kv_a_norm, c.rms_norm_eps)?;
         let latent = checked("kv_a_layernorm", latent)?;
         let mut k_rope = b.columns(&x_a, kv_a + c.kv_lora_rank, r)?;
         b.rope(&mut k_rope, RopeSpan { stride: r, offset: 0, dim: r, layout }, &rope.cos, &rope.sin, batch)?;

@@ -307,6 +307,18 @@ pub trait Backend: Send + Sync + Sized {
     fn linear(&self, x: &Self::Tensor, w: &Self::Linear) -> Result<Self::Tensor>;
     /// `x += y`.
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
+    /// The rmsnorm of columns `start .. start + len` of `x` (`weight` has `len` values): the values
+    /// of [`Self::columns`] then [`Self::rmsnorm`], which a backend may compute in one pass, reading
+    /// the columns where they lie.
+    fn rmsnorm_columns(
+        &self,
+        x: &Self::Tensor,
+        (start, len): (usize, usize),
+        weight: &Self::Vector,
+        eps: f32,
+    ) -> Result<Self::Tensor> {
+        self.rmsnorm(&self.columns(x, start, len)?, weight, eps)
+    }
     /// A residual add and the norm after it: `x += y`, then the rmsnorm of the new `x`. A backend
     /// may fuse the two; the values are those of [`Self::add_assign`] then [`Self::rmsnorm`].
     fn add_rmsnorm(

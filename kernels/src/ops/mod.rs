@@ -31,11 +31,32 @@ pub fn rmsnorm(
     out: &mut CudaSlice<f32>,
     bits: Option<&mut CudaSlice<u16>>,
 ) -> Result<()> {
-    let (rows, cols) = norm_shape("rmsnorm", x.len(), weight.len(), out.len(), bits.as_deref())?;
-    // SAFETY: x and out hold rows * cols values, weight cols, bits at least rows * cols.
+    rmsnorm_columns(k, (x, weight.len(), 0), weight, eps, out, bits)
+}
+
+/// [`rmsnorm`] of columns `start .. start + weight.len()` of `x`'s rows of `x_cols` (`x` is
+/// `(x, x_cols, start)`), read where they lie: `out` is `[rows, weight.len()]`.
+pub fn rmsnorm_columns(
+    k: &Kernels,
+    (x, x_cols, start): (&CudaSlice<f32>, usize, usize),
+    weight: &CudaSlice<f32>,
+    eps: f32,
+    out: &mut CudaSlice<f32>,
+    bits: Option<&mut CudaSlice<u16>>,
+) -> Result<()> {
+    let (rows, cols) = norm_shape("rmsnorm", out.len(), weight.len(), out.len(), bits.as_deref())?;
+    let (x_rows, x_stride) = shape::rows("rmsnorm", x.len(), x_cols)?;
+    shape::same("rmsnorm", "x's rows and out's", x_rows as usize, rows as usize)?;
+    shape::within_row("rmsnorm", start, weight.len(), x_cols)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let x = x.slice(start..);
+    // SAFETY: x holds rows rows of x_stride from `start`, each with cols columns past it (checked
+    // above); out holds rows * cols values, weight cols, bits at least rows * cols.
     match bits {
-        None => unsafe { launch::rmsnorm(k, x, weight, out, rows, cols, eps) }?,
-        Some(bits) => unsafe { launch::rmsnorm_bf16(k, x, weight, out, bits, rows, cols, eps) }?,
+        None => unsafe { launch::rmsnorm(k, &x, weight, out, rows, cols, x_stride, eps) }?,
+        Some(bits) => unsafe { launch::rmsnorm_bf16(k, &x, weight, out, bits, rows, cols, x_stride, eps) }?,
     }
     Ok(())
 }

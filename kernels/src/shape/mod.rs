@@ -52,6 +52,13 @@ pub fn argmax_chunks(rows: u32, cols: u32) -> (u32, u32) {
     (chunk, cols.div_ceil(chunk).max(1))
 }
 
+/// Columns `start .. start + len` of rows of `cols`: they must lie within a row.
+pub fn within_row(op: &'static str, start: usize, len: usize, cols: usize) -> Result<()> {
+    ensure(op, start.checked_add(len).is_some_and(|end| end <= cols), || {
+        format!("columns {start}..{} of rows of {cols}", start.saturating_add(len))
+    })
+}
+
 /// Buffers that must have the same length.
 pub fn same(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> {
     ensure(op, a == b, || format!("{what} hold {a} and {b} values"))
@@ -126,6 +133,13 @@ mod tests {
         assert!(matches!(rows("t", 10, 4), Err(Error::Shape { .. })));
         assert!(matches!(rows("t", 0, 0), Err(Error::Shape { .. })));
         assert!(matches!(rows("t", 1 << 33, 1), Err(Error::Shape { .. })));
+    }
+
+    #[test]
+    fn columns_must_lie_within_the_row() {
+        assert!(within_row("t", 1536, 512, 2112).is_ok() && within_row("t", 2048, 64, 2112).is_ok());
+        assert!(matches!(within_row("t", 2049, 64, 2112), Err(Error::Shape { .. })));
+        assert!(matches!(within_row("t", usize::MAX, 2, 8), Err(Error::Shape { .. })));
     }
 
     #[test]

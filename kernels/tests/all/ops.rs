@@ -79,6 +79,32 @@ proptest! {
         prop_assert_eq!(s.clone_dtoh(&bits).unwrap(), cast);
     }
 
+    /// A norm of some columns of wider rows, read where they lie, gives the bits (f32 and bf16) of
+    /// the norm of those columns copied out; unaligned starts take the scalar path on both.
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn a_norm_of_columns_gives_the_norm_of_the_copied_columns(
+        rows in 1usize..5, cols in 1usize..3000, start in 0usize..700, extra in 0usize..700, seed: u64,
+    ) {
+        let width = start + cols + extra;
+        let (x, w) = (values(rows * width, 4.0, seed), values(cols, 2.0, !seed));
+        let copied: Vec<f32> = x.chunks(width).flat_map(|row| row[start..start + cols].to_vec()).collect();
+        let k = kernels();
+        let s = k.stream();
+        let (dx, dc, dw) = (s.clone_htod(&x).unwrap(), s.clone_htod(&copied).unwrap(), s.clone_htod(&w).unwrap());
+        let (mut want, mut want_bits) = (s.alloc_zeros::<f32>(rows * cols).unwrap(), s.alloc_zeros::<u16>(rows * cols).unwrap());
+        kdtree_kernels::rmsnorm(k, &dc, &dw, 1e-6, &mut want, Some(&mut want_bits)).unwrap();
+        let (mut got, mut got_bits) = (s.alloc_zeros::<f32>(rows * cols).unwrap(), s.alloc_zeros::<u16>(rows * cols).unwrap());
+        kdtree_kernels::ops::rmsnorm_columns(k, (&dx, width, start), &dw, 1e-6, &mut got, Some(&mut got_bits)).unwrap();
+        let (got, want) = (s.clone_dtoh(&got).unwrap(), s.clone_dtoh(&want).unwrap());
+        prop_assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "rmsnorm_columns' bits");
+        prop_assert_eq!(s.clone_dtoh(&got_bits).unwrap(), s.clone_dtoh(&want_bits).unwrap());
+        // Columns past the row are an error, not a read past it.
+        let mut spare = s.alloc_zeros::<f32>(rows * cols).unwrap();
+        let past = (&dx, width, start + extra + 1);
+        prop_assert!(kdtree_kernels::ops::rmsnorm_columns(k, past, &dw, 1e-6, &mut spare, None).is_err());
+    }
+
     #[test]
     #[ignore = "needs a GPU"]
     fn silu_mul_matches_the_cpu(n in 1usize..20_000, seed: u64) {
