@@ -16,7 +16,7 @@ pub unsafe fn rmsnorm(
     eps: f32,
 );
 
-/// [`rmsnorm`], and `out` rounded to bf16 bits into `bits` (`rows * cols` values).
+/// [`rmsnorm()`], and `out` rounded to bf16 bits into `bits` (`rows * cols` values).
 #[kernel(file = "cuda/rmsnorm.cu", grid = rows, block = 256)]
 pub unsafe fn rmsnorm_bf16(
     x: &CudaView<f32>,
@@ -29,7 +29,7 @@ pub unsafe fn rmsnorm_bf16(
     eps: f32,
 );
 
-/// `x += y`, then [`rmsnorm`] of the sum into `out`.
+/// `x += y`, then [`rmsnorm()`] of the sum into `out`.
 #[kernel(file = "cuda/rmsnorm.cu", grid = rows, block = 256)]
 pub unsafe fn add_rmsnorm(
     x: &mut CudaSlice<f32>,
@@ -41,7 +41,7 @@ pub unsafe fn add_rmsnorm(
     eps: f32,
 );
 
-/// [`add_rmsnorm`], and `out` rounded to bf16 bits into `bits` (`rows * cols` values).
+/// [`add_rmsnorm()`], and `out` rounded to bf16 bits into `bits` (`rows * cols` values).
 #[kernel(file = "cuda/rmsnorm.cu", grid = rows, block = 256)]
 pub unsafe fn add_rmsnorm_bf16(
     x: &mut CudaSlice<f32>,
