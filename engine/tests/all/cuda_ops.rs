@@ -73,7 +73,8 @@ fn run_ops<B: Backend>(b: &B, seed: u64) -> Vec<(&'static str, Vec<f32>, f32)> {
     out.push(("add_assign", b.to_host(&acc).unwrap(), F32_BOUND + BF16_BOUND));
     // The residual add fused with the norm after it: the sum in place, and its norm.
     let mut res = b.linear(&normed, &w).unwrap();
-    let fused = b.add_rmsnorm(&mut res, &y, &norm, 1e-6).unwrap();
+    let norm64 = b.vector(&symmetric(64, seed + 11, 1.0)).unwrap();
+    let fused = b.add_rmsnorm(&mut res, &y, &norm64, 1e-6).unwrap();
     out.push(("add_rmsnorm (the sum)", b.to_host(&res).unwrap(), F32_BOUND + BF16_BOUND));
     out.push(("add_rmsnorm", b.to_host(&fused).unwrap(), F32_BOUND + BF16_BOUND));
     out.push(("silu_mul", b.to_host(&b.silu_mul(&y, &w).unwrap()).unwrap(), BF16_BOUND));
