@@ -13,7 +13,7 @@ use kdtree_jit::mla::reference as mla;
 use crate::ops::cpu::{self, route};
 use crate::registry::{
     Backend, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, LogitTransform, RopeLayout, RopeSpan, Routing,
-    RowStore, Shaped, check_gqa,
+    RowStore, Shaped, check_gqa, check_norm,
 };
 
 /// The reference backend.
@@ -265,12 +265,7 @@ impl Backend for CpuBackend {
     }
 
     fn rmsnorm(&self, x: &CpuTensor, weight: &Vec<f32>, eps: f32) -> Result<CpuTensor> {
-        if x.cols != weight.len() {
-            return Err(EngineError::shape(
-                "rmsnorm",
-                format!("rows of {} against a weight of {}", x.cols, weight.len()),
-            ));
-        }
+        check_norm("rmsnorm", x, weight)?;
         let mut out = vec![0f32; x.data.len()];
         cpu::rmsnorm(&x.data, weight, eps, &mut out);
         Ok(CpuTensor { data: out, cols: x.cols })

@@ -65,7 +65,7 @@ use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
 use crate::registry::{
     Argmax, Backend, ComputeDtype, GqaShape, Heads, HostExperts, HostLinear, KvDtype, KvStore, LogitTransform,
-    RopeSpan, RowStore, Taps, check_gqa, eager_forward_argmax,
+    RopeSpan, RowStore, Taps, check_gqa, check_norm, eager_forward_argmax,
 };
 
 /// What the CUDA backend is opened with.
@@ -525,6 +525,7 @@ impl Backend for CudaBackend {
     }
 
     fn rmsnorm(&self, x: &CudaTensor, weight: &Self::Vector, eps: f32) -> Result<CudaTensor> {
+        check_norm("rmsnorm", x, weight)?;
         self.timed(rest, || {
             let (mut out, mut bits) = (self.tensor(x.rows, x.cols)?, self.gemm_rows(x.rows, x.cols)?);
             kdtree_kernels::rmsnorm(&self.kernels, &x.data, weight, eps, &mut out.data, Some(&mut bits))?;
@@ -555,6 +556,7 @@ impl Backend for CudaBackend {
 
     /// One launch: the residual add, then the norm, which also writes its bf16 bits.
     fn add_rmsnorm(&self, x: &mut CudaTensor, y: &CudaTensor, weight: &Self::Vector, eps: f32) -> Result<CudaTensor> {
+        check_norm("add_rmsnorm", x, weight)?;
         self.timed(rest, || {
             let (mut out, mut bits) = (self.tensor(x.rows, x.cols)?, self.gemm_rows(x.rows, x.cols)?);
             let x = x.data_mut();

@@ -6,7 +6,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 
 use crate::error::{EngineError, Result};
 use crate::mask::TreeMask;
-use crate::registry::Shaped;
+use crate::registry::{Length, Shaped};
 use kdtree_jit::mla::NewMask;
 
 /// f32 rows on the GPU; `data` holds exactly `rows * cols` values.
@@ -20,6 +20,13 @@ pub struct CudaTensor {
     pub rows: usize,
     pub cols: usize,
     pub(crate) bf16: Option<CudaSlice<u16>>,
+}
+
+/// The backend's parameter vectors.
+impl Length for CudaSlice<f32> {
+    fn length(&self) -> usize {
+        CudaSlice::len(self)
+    }
 }
 
 impl Shaped for CudaTensor {

@@ -251,12 +251,32 @@ pub trait Shaped {
     fn cols(&self) -> usize;
 }
 
+/// A parameter vector's length.
+pub trait Length {
+    fn length(&self) -> usize;
+}
+
+impl Length for Vec<f32> {
+    fn length(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+/// `Err` unless `weight` is as wide as `x`'s rows: a norm of another width, even one whose length
+/// divides the tensor's, would normalise other spans than its rows.
+pub(crate) fn check_norm(op: &'static str, x: &impl Shaped, weight: &impl Length) -> Result<()> {
+    if x.cols() == weight.length() {
+        return Ok(());
+    }
+    Err(EngineError::shape(op, format!("rows of {} against a weight of {}", x.cols(), weight.length())))
+}
+
 /// A device that runs the model's ops on tensors of its own.
 pub trait Backend: Send + Sync + Sized {
     /// f32 activations, `[rows, cols]` row-major.
     type Tensor: Shaped;
     /// f32 parameters: norm weights, rotary tables.
-    type Vector: Send + Sync;
+    type Vector: Send + Sync + Length;
     /// A linear layer's weight (also the embedding table).
     type Linear: Send + Sync;
     /// One MoE layer's router and routed experts.
@@ -320,7 +340,8 @@ pub trait Backend: Send + Sync + Sized {
         self.rmsnorm(&self.columns(x, start, len)?, weight, eps)
     }
     /// A residual add and the norm after it: `x += y`, then the rmsnorm of the new `x`. A backend
-    /// may fuse the two; the values are those of [`Self::add_assign`] then [`Self::rmsnorm`].
+    /// may fuse the two; the values are those of [`Self::add_assign`] then [`Self::rmsnorm`]. A
+    /// weight of another width than the rows is refused before `x` changes.
     fn add_rmsnorm(
         &self,
         x: &mut Self::Tensor,
@@ -328,6 +349,7 @@ pub trait Backend: Send + Sync + Sized {
         weight: &Self::Vector,
         eps: f32,
     ) -> Result<Self::Tensor> {
+        check_norm("add_rmsnorm", x, weight)?;
         self.add_assign(x, y)?;
         self.rmsnorm(x, weight, eps)
     }

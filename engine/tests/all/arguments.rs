@@ -2,6 +2,8 @@
 //! what was wrong (the value, the bound, the option) and whose message says what is accepted.
 
 use clap::Parser;
+use kdtree_engine::cpu::CpuBackend;
+use kdtree_engine::registry::Backend;
 use kdtree_engine::spec::{CostModel, NoisyOracle, SpecArgs};
 use kdtree_engine::tiny::{TinySpec, write_tiny_model};
 use kdtree_engine::{EngineError, Model, greedy_generate};
@@ -67,4 +69,24 @@ fn spec_options_that_do_not_go_together_name_the_option() {
     let e = args.method().unwrap_err();
     assert!(matches!(&e, EngineError::SpecOption { option, .. } if option == "--cost-model"), "{e}");
     assert_eq!(e.to_string(), "--cost-model sizes DDTree's trees, not a chain: drop it or pass --spec ddtree");
+}
+
+/// A norm weight of another width than the rows is refused, and the residual add does not happen:
+/// here 6 rows of 64 against a weight of 96, whose length divides the tensor's (4 rows of 96), so a
+/// check of lengths alone would pass. Expanded per backend (the CUDA one in `cuda_ops`).
+pub fn a_norm_of_another_width_is_refused_and_changes_nothing<B: Backend>(b: &B) {
+    let values: Vec<f32> = (0..6 * 64).map(|i| i as f32 * 0.01).collect();
+    let (mut x, y) = (b.upload(&values, 64).unwrap(), b.upload(&values, 64).unwrap());
+    let wide = b.vector(&[1.0; 96]).unwrap();
+    let e = b.rmsnorm(&x, &wide, 1e-6).err().expect("rmsnorm takes a 96-wide weight for 64-wide rows");
+    assert!(matches!(e, EngineError::Shape { op: "rmsnorm", .. }), "{e}");
+    assert!(e.to_string().contains("rows of 64 against a weight of 96"), "{e}");
+    let e = b.add_rmsnorm(&mut x, &y, &wide, 1e-6).err().expect("add_rmsnorm takes a 96-wide weight");
+    assert!(matches!(e, EngineError::Shape { op: "add_rmsnorm", .. }), "{e}");
+    assert_eq!(b.to_host(&x).unwrap(), values, "the refused add_rmsnorm changed x");
+}
+
+#[test]
+fn a_norm_of_another_width_is_refused_on_the_cpu() {
+    a_norm_of_another_width_is_refused_and_changes_nothing(&CpuBackend);
 }

@@ -198,6 +198,12 @@ fn every_op_on_cuda_matches_the_cpu_backend_within_its_bound() {
 /// (cuBLAS in two exact-mode chunks).
 #[test]
 #[ignore = "needs a GPU"]
+fn a_norm_of_another_width_is_refused_on_cuda() {
+    crate::arguments::a_norm_of_another_width_is_refused_and_changes_nothing(&cuda());
+}
+
+#[test]
+#[ignore = "needs a GPU"]
 fn a_gemm_reading_kept_bf16_bits_equals_one_reading_a_cast() {
     let b = cuda();
     let h = 96;
