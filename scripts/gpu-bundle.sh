@@ -12,9 +12,10 @@ stage=target/gpu-bundle
 rm -rf "$stage"
 mkdir -p "$stage/bin"
 
-# The test binaries' paths come from cargo's own report, named <crate>-tests on the GPU machine.
+# The test binaries' paths come from cargo's own report (stdout; its progress and errors stay on
+# stderr), named <crate>-tests on the GPU machine.
 cargo build --release --bins
-cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
+cargo test --release --workspace --no-run --message-format=json |
     python3 -c '
 import json, sys
 for line in sys.stdin:

@@ -10,6 +10,9 @@ import collections
 import csv
 import sys
 
+# Microseconds per unit of ncu's duration metric.
+US_PER = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
+
 
 def kernel_times(path):
     """(launch id, kernel name, microseconds) of every profiled launch, in launch order."""
@@ -22,8 +25,7 @@ def kernel_times(path):
             if d.get("Metric Name") != "gpu__time_duration.sum":
                 continue
             value = float(d["Metric Value"].replace(",", ""))
-            scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
-            times.append((int(d["ID"]), d["Kernel Name"], value * scale.get(d.get("Metric Unit", "ns"), 1e-3)))
+            times.append((int(d["ID"]), d["Kernel Name"], value * US_PER.get(d.get("Metric Unit", "ns"), 1e-3)))
     return sorted(times)
 
 
